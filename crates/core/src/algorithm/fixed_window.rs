@@ -1,0 +1,129 @@
+//! Fixed window: a counter per window, windows aligned to the Unix epoch
+//! (`floor(t / P)`), as in envoyproxy/ratelimit.
+//!
+//! A reservation that does not fit the current window is booked into the
+//! first later window with room; the state then holds that window. Until it
+//! begins, plain checks are rejected (they do not jump the queue of booked
+//! requests), and further reservations fill that window or the next.
+
+use std::time::Duration;
+
+use super::{until, Algorithm, Slot};
+use crate::decision::Decision;
+use crate::rate::Rate;
+
+/// At most `N` per epoch-aligned window of `P`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindow {
+    n: u64,
+    p: u64,
+}
+
+/// The window index (`floor(t / P)`) the count belongs to, and the count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FixedWindowState {
+    window: u64,
+    count: u64,
+}
+
+impl FixedWindow {
+    /// At most `rate.limit()` per window of `rate.period()`.
+    pub fn new(rate: Rate) -> Self {
+        FixedWindow {
+            n: rate.limit(),
+            p: rate.period_nanos(),
+        }
+    }
+
+    fn window_end(&self, window: u64) -> u64 {
+        window.saturating_add(1).saturating_mul(self.p)
+    }
+
+    /// The count of `window` as the state records it.
+    fn count_in(&self, state: &FixedWindowState, window: u64) -> u64 {
+        if state.window == window {
+            state.count
+        } else {
+            0
+        }
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    fn limit(&self) -> u64 {
+        self.n
+    }
+
+    fn capacity(&self) -> u64 {
+        self.n
+    }
+
+    fn new_state(&self) -> FixedWindowState {
+        FixedWindowState::default()
+    }
+
+    fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u64) -> Decision {
+        let window = now / self.p;
+        let mut decision = Decision {
+            limit: self.n,
+            ..Decision::default()
+        };
+        if state.window > window {
+            // A later window is booked: wait for the queue.
+            decision.retry_after = until(now, self.next_available(state, now, cost));
+            decision.reset_after = until(now, self.expires_at(state));
+            return decision;
+        }
+        let count = self.count_in(state, window);
+        let end = until(now, self.window_end(window));
+        decision.allowed = count + cost <= self.n;
+        if decision.allowed {
+            decision.remaining = self.n - count - cost;
+            decision.reset_after = if count + cost > 0 {
+                end
+            } else {
+                Duration::ZERO
+            };
+        } else {
+            decision.remaining = self.n.saturating_sub(count);
+            decision.retry_after = end;
+            decision.reset_after = end;
+        }
+        decision
+    }
+
+    fn commit(&self, state: &mut FixedWindowState, now: u64, cost: u64) -> Option<u64> {
+        let window = now / self.p;
+        state.count = self.count_in(state, window) + cost;
+        state.window = window;
+        None
+    }
+
+    fn next_available(&self, state: &FixedWindowState, now: u64, cost: u64) -> u64 {
+        let window = (now / self.p).max(state.window);
+        if self.count_in(state, window) + cost <= self.n {
+            now.max(window.saturating_mul(self.p))
+        } else {
+            self.window_end(window)
+        }
+    }
+
+    fn slot(&self, state: &FixedWindowState, now: u64, cost: u64) -> Option<Slot> {
+        let at = self.next_available(state, now, cost);
+        Some(Slot { at, wait: at - now })
+    }
+
+    fn book(&self, state: &mut FixedWindowState, _now: u64, slot: Slot, cost: u64) {
+        self.commit(state, slot.at, cost);
+    }
+
+    fn expires_at(&self, state: &FixedWindowState) -> u64 {
+        if state.count == 0 {
+            0
+        } else {
+            self.window_end(state.window)
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The eight algorithms, each a pure function of (state, now, cost).
+//!
+//! Every algorithm implements [`Algorithm`]: a small set of required methods
+//! (`evaluate` a request without changing anything, `commit` an admitted one,
+//! find the `next_available` instant, `book` a reserved slot) from which the
+//! trait derives the operations callers use: [`Algorithm::check`],
+//! [`Algorithm::peek`] and [`Algorithm::reserve`]. Stores hold the state and
+//! call these under their own locking; a multi-limit check evaluates every
+//! limit first and commits only when all admit.
+//!
+//! This module owns the semantics of SPEC §2; it owns no storage, no clock and
+//! no I/O.
+
+mod bucket;
+mod concurrency;
+mod fixed_window;
+mod gcra;
+mod leaky_bucket;
+mod sliding_counter;
+mod sliding_log;
+mod stepped_window;
+mod token_bucket;
+
+use std::time::Duration;
+
+pub use concurrency::{Concurrency, ConcurrencyState};
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
+pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+pub use sliding_log::{SlidingWindowLog, SlidingWindowLogState};
+pub use stepped_window::{default_step, SteppedWindow, SteppedWindowState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
+
+use crate::decision::{Decision, Reservation};
+use crate::limit::LimitError;
+
+/// Where a reservation lands: the instant it is recorded at, and how long the
+/// caller waits before making the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The instant (ns since the epoch) the booked request is counted at.
+    pub at: u64,
+    /// How long the caller must wait, in nanoseconds.
+    pub wait: u64,
+}
+
+/// One rate-limiting algorithm with its validated parameters.
+///
+/// Implementations are pure: they read `now` from their arguments and change
+/// nothing but the state they are handed. A rejected request never changes
+/// the state.
+pub trait Algorithm: Send + Sync + 'static {
+    /// Per-key state.
+    type State: Clone + std::fmt::Debug + Send + 'static;
+
+    /// The configured maximum reported in every decision.
+    fn limit(&self) -> u64;
+
+    /// The largest cost that can ever be admitted; a larger cost is an error.
+    fn capacity(&self) -> u64;
+
+    /// The state of a key nothing has touched.
+    fn new_state(&self) -> Self::State;
+
+    /// The decision for `cost` at `now` as if it were committed, without
+    /// changing anything. `cost` is at most [`capacity`](Self::capacity).
+    fn evaluate(&self, state: &Self::State, now: u64, cost: u64) -> Decision;
+
+    /// Records a request that [`evaluate`](Self::evaluate) admitted. Returns
+    /// the lease id for `concurrency`, `None` otherwise.
+    fn commit(&self, state: &mut Self::State, now: u64, cost: u64) -> Option<u64>;
+
+    /// The earliest instant at or after `now` at which `cost` would be
+    /// admitted if nothing else happened.
+    fn next_available(&self, state: &Self::State, now: u64, cost: u64) -> u64;
+
+    /// Where a reservation of `cost` made at `now` would land. `None` when the
+    /// algorithm does not take reservations.
+    fn slot(&self, state: &Self::State, now: u64, cost: u64) -> Option<Slot>;
+
+    /// Books `cost` at `slot` (as returned by [`slot`](Self::slot) for the
+    /// same state, time and cost).
+    fn book(&self, state: &mut Self::State, now: u64, slot: Slot, cost: u64);
+
+    /// The instant from which the state is equivalent to
+    /// [`new_state`](Self::new_state) and can be forgotten.
+    fn expires_at(&self, state: &Self::State) -> u64;
+
+    /// Heap bytes the state owns beyond its own size.
+    fn heap_bytes(&self, _state: &Self::State) -> usize {
+        0
+    }
+
+    /// Ends a lease; `true` when it was held. Only `concurrency` has leases.
+    fn release(&self, _state: &mut Self::State, _lease: u64) -> bool {
+        false
+    }
+
+    /// Checks `cost` at `now` and counts it when admitted.
+    ///
+    /// `cost` 0 is a peek: always allowed, nothing changes.
+    fn check(&self, state: &mut Self::State, now: u64, cost: u64) -> Result<Decision, LimitError> {
+        let mut decision = self.try_evaluate(state, now, cost)?;
+        if cost > 0 && decision.allowed {
+            decision.lease = self.commit(state, now, cost);
+        }
+        Ok(decision)
+    }
+
+    /// [`evaluate`](Self::evaluate) with the cost validated and the peek
+    /// rule applied: `cost` 0 is always allowed.
+    fn try_evaluate(
+        &self,
+        state: &Self::State,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, LimitError> {
+        self.validate_cost(cost)?;
+        let mut decision = self.evaluate(state, now, cost);
+        if cost == 0 {
+            decision.allowed = true;
+            decision.retry_after = Duration::ZERO;
+            decision.delay = Duration::ZERO;
+        }
+        Ok(decision)
+    }
+
+    /// The current state, reported without counting anything.
+    fn peek(&self, state: &Self::State, now: u64) -> Decision {
+        let mut decision = self.evaluate(state, now, 0);
+        decision.allowed = true;
+        decision.retry_after = Duration::ZERO;
+        decision.delay = Duration::ZERO;
+        decision
+    }
+
+    /// An error when `cost` can never be admitted.
+    fn validate_cost(&self, cost: u64) -> Result<(), LimitError> {
+        if cost > self.capacity() {
+            return Err(LimitError::CostTooLarge {
+                cost,
+                capacity: self.capacity(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The earliest instant `cost` would be admitted, validated.
+    fn earliest(&self, state: &Self::State, now: u64, cost: u64) -> Result<u64, LimitError> {
+        self.validate_cost(cost)?;
+        Ok(self.next_available(state, now, cost))
+    }
+
+    /// Books the earliest slot for `cost`, unless the caller would have to
+    /// wait longer than `max_wait` (no bound when `None`), in which case
+    /// nothing is booked.
+    fn reserve(
+        &self,
+        state: &mut Self::State,
+        now: u64,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<Reservation, LimitError> {
+        self.validate_cost(cost)?;
+        let slot = self
+            .slot(state, now, cost)
+            .ok_or(LimitError::ReservationUnsupported)?;
+        let max_wait = max_wait.map_or(u64::MAX, crate::time::duration_to_nanos);
+        let wait = Duration::from_nanos(slot.wait);
+        if slot.wait > max_wait {
+            let mut decision = self.peek(state, now);
+            decision.allowed = false;
+            decision.retry_after = Duration::from_nanos(slot.wait - max_wait);
+            return Ok(Reservation { wait, decision });
+        }
+        if cost > 0 {
+            self.book(state, now, slot, cost);
+        }
+        Ok(Reservation {
+            wait,
+            decision: self.peek(state, now),
+        })
+    }
+}
+
+/// Nanoseconds from `now` until `instant`, zero when it has passed.
+pub(crate) fn until(now: u64, instant: u64) -> Duration {
+    Duration::from_nanos(instant.saturating_sub(now))
+}

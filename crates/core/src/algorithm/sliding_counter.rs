@@ -1,0 +1,175 @@
+//! Sliding window counter (Cloudflare's approximation): two epoch-aligned
+//! window counts, the previous one weighted by how much of it still overlaps
+//! the sliding window.
+//!
+//! Admitted when `floor(prev × (P − elapsed) / P) + curr + c ≤ N`.
+//! A reservation is counted in the window of its slot and remembered as
+//! `booked_until`; before that instant plain checks are rejected (they do not
+//! jump the queue of booked requests).
+
+use super::{until, Algorithm, Slot};
+use crate::decision::Decision;
+use crate::rate::Rate;
+
+/// At most `N` per sliding window of `P`, estimated from two counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindowCounter {
+    n: u64,
+    p: u64,
+}
+
+/// The current window's index and the counts of it and the one before.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlidingWindowCounterState {
+    window: u64,
+    prev: u64,
+    curr: u64,
+    booked_until: u64,
+}
+
+impl SlidingWindowCounter {
+    /// At most `rate.limit()` per sliding `rate.period()`.
+    pub fn new(rate: Rate) -> Self {
+        SlidingWindowCounter {
+            n: rate.limit(),
+            p: rate.period_nanos(),
+        }
+    }
+
+    /// `(prev, curr)` as seen from `window`, which is not before the state's.
+    fn counts(&self, state: &SlidingWindowCounterState, window: u64) -> (u64, u64) {
+        if state.window == window {
+            (state.prev, state.curr)
+        } else if state.window + 1 == window {
+            (state.curr, 0)
+        } else {
+            (0, 0)
+        }
+    }
+
+    fn weighted(&self, prev: u64, elapsed: u64) -> u64 {
+        let w = u128::from(prev) * u128::from(self.p - elapsed) / u128::from(self.p);
+        u64::try_from(w).unwrap_or(u64::MAX)
+    }
+
+    /// The first elapsed time (ns into the window) from which
+    /// `floor(prev × (P − e) / P) ≤ room`.
+    fn first_elapsed_within(&self, prev: u64, room: u64) -> u64 {
+        if prev <= room {
+            return 0;
+        }
+        // prev·(P − e) < (room + 1)·P  ⇔  e > P·(prev − room − 1) / prev
+        let p = u128::from(self.p);
+        let e = p * u128::from(prev - room - 1) / u128::from(prev) + 1;
+        u64::try_from(e).unwrap_or(u64::MAX)
+    }
+
+    /// The first instant at or after `from` at which `cost` fits, counting
+    /// from a state whose counts are `(prev, curr)` in `from`'s window.
+    fn first_fit(&self, prev: u64, curr: u64, cost: u64, from: u64) -> u64 {
+        let window = from / self.p;
+        let start = window * self.p;
+        // This window, the next (this one's count becomes prev), the one after
+        // (both empty: always fits, since cost ≤ N).
+        let candidates = [(prev, curr, start), (curr, 0, start + self.p)];
+        for (prev, curr, start) in candidates {
+            if curr + cost > self.n {
+                continue;
+            }
+            let e = self.first_elapsed_within(prev, self.n - curr - cost);
+            if e < self.p {
+                return from.max(start + e);
+            }
+        }
+        start + 2 * self.p
+    }
+
+    /// When a state with these counts in `window` stops weighing anything.
+    fn quiet_from(&self, window: u64, prev: u64, curr: u64) -> u64 {
+        let start = window.saturating_mul(self.p);
+        if curr > 0 {
+            start + self.p + self.first_elapsed_within(curr, 0)
+        } else if prev > 0 {
+            start + self.first_elapsed_within(prev, 0)
+        } else {
+            0
+        }
+    }
+
+    fn pending(&self, state: &SlidingWindowCounterState, now: u64) -> bool {
+        now < state.booked_until || now / self.p < state.window
+    }
+}
+
+impl Algorithm for SlidingWindowCounter {
+    type State = SlidingWindowCounterState;
+
+    fn limit(&self) -> u64 {
+        self.n
+    }
+
+    fn capacity(&self) -> u64 {
+        self.n
+    }
+
+    fn new_state(&self) -> SlidingWindowCounterState {
+        SlidingWindowCounterState::default()
+    }
+
+    fn evaluate(&self, state: &SlidingWindowCounterState, now: u64, cost: u64) -> Decision {
+        let mut decision = Decision {
+            limit: self.n,
+            ..Decision::default()
+        };
+        if self.pending(state, now) {
+            decision.retry_after = until(now, self.next_available(state, now, cost));
+            decision.reset_after = until(now, self.expires_at(state));
+            return decision;
+        }
+        let window = now / self.p;
+        let (prev, curr) = self.counts(state, window);
+        let estimate = self.weighted(prev, now - window * self.p) + curr;
+        decision.allowed = estimate + cost <= self.n;
+        if decision.allowed {
+            decision.remaining = self.n - estimate - cost;
+            decision.reset_after = until(now, self.quiet_from(window, prev, curr + cost));
+        } else {
+            decision.remaining = self.n.saturating_sub(estimate);
+            decision.retry_after = until(now, self.first_fit(prev, curr, cost, now));
+            decision.reset_after = until(now, self.quiet_from(window, prev, curr));
+        }
+        decision
+    }
+
+    fn commit(&self, state: &mut SlidingWindowCounterState, now: u64, cost: u64) -> Option<u64> {
+        let window = now / self.p;
+        let (prev, curr) = self.counts(state, window);
+        state.window = window;
+        state.prev = prev;
+        state.curr = curr + cost;
+        None
+    }
+
+    fn next_available(&self, state: &SlidingWindowCounterState, now: u64, cost: u64) -> u64 {
+        let from = now
+            .max(state.booked_until)
+            .max(state.window.saturating_mul(self.p));
+        let (prev, curr) = self.counts(state, from / self.p);
+        self.first_fit(prev, curr, cost, from)
+    }
+
+    fn slot(&self, state: &SlidingWindowCounterState, now: u64, cost: u64) -> Option<Slot> {
+        let at = self.next_available(state, now, cost);
+        Some(Slot { at, wait: at - now })
+    }
+
+    fn book(&self, state: &mut SlidingWindowCounterState, _now: u64, slot: Slot, cost: u64) {
+        self.commit(state, slot.at, cost);
+        state.booked_until = state.booked_until.max(slot.at);
+    }
+
+    fn expires_at(&self, state: &SlidingWindowCounterState) -> u64 {
+        self.quiet_from(state.window, state.prev, state.curr)
+            .max(state.booked_until)
+    }
+}

@@ -1,0 +1,257 @@
+//! Stepped sliding window (the Databox design): time is cut into epoch-aligned
+//! steps of size `k`, one counter per step; a step counts when any part of it
+//! lies in `(t − P, t]`.
+//!
+//! This is the conservative rule: a step is dropped only once it lies wholly
+//! before the window, so the stepped window never admits more than an exact
+//! sliding window would. The default step comes from the Databox paper's
+//! table ([`default_step`]). [`SteppedWindow::record`] counts a request that
+//! was already made (Databox `/increment`) even when it is over the limit.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::{until, Algorithm, Slot};
+use crate::decision::Decision;
+use crate::limit::LimitError;
+use crate::rate::Rate;
+use crate::time::NANOS_PER_MS;
+
+/// At most `N` in the steps touching any window of `P`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SteppedWindow {
+    n: u64,
+    p: u64,
+    step: u64,
+}
+
+/// One step's count, with the running total of counts up to and including it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StepCount {
+    step: u64,
+    total: u64,
+}
+
+/// The non-empty steps that may still touch a window, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SteppedWindowState {
+    steps: VecDeque<StepCount>,
+    dropped_total: u64,
+}
+
+/// The step the Databox paper uses for a window of `period`.
+///
+/// ```
+/// use tollgate_core::algorithm::default_step;
+/// use std::time::Duration;
+/// assert_eq!(default_step(Duration::from_secs(10)), Duration::from_millis(10));
+/// assert_eq!(default_step(Duration::from_secs(11)), Duration::from_millis(100));
+/// assert_eq!(default_step(Duration::from_secs(3600)), Duration::from_secs(1));
+/// assert_eq!(default_step(Duration::from_secs(86_400)), Duration::from_secs(60));
+/// assert_eq!(default_step(Duration::from_secs(86_401)), Duration::from_secs(3600));
+/// ```
+pub fn default_step(period: Duration) -> Duration {
+    let secs = |s: u64| Duration::from_secs(s);
+    if period <= secs(10) {
+        Duration::from_millis(10)
+    } else if period <= secs(60) {
+        Duration::from_millis(100)
+    } else if period <= secs(3_600) {
+        secs(1)
+    } else if period <= secs(86_400) {
+        secs(60)
+    } else {
+        secs(3_600)
+    }
+}
+
+impl SteppedWindowState {
+    fn newest(&self) -> Option<StepCount> {
+        self.steps.back().copied()
+    }
+
+    fn total(&self) -> u64 {
+        self.newest().map_or(self.dropped_total, |s| s.total)
+    }
+
+    fn total_before(&self, index: usize) -> u64 {
+        match index.checked_sub(1) {
+            Some(i) => self.steps[i].total,
+            None => self.dropped_total,
+        }
+    }
+}
+
+impl SteppedWindow {
+    /// At most `rate.limit()` per `rate.period()`, counted in steps of `step`
+    /// (the paper's default when `None`). The step must be between 1 ms and
+    /// the period.
+    pub fn new(rate: Rate, step: Option<Duration>) -> Result<Self, LimitError> {
+        let step = step.unwrap_or_else(|| default_step(rate.period()));
+        let step_ns = u64::try_from(step.as_nanos()).unwrap_or(u64::MAX);
+        if step_ns < NANOS_PER_MS || step_ns > rate.period_nanos() {
+            return Err(LimitError::Step { step });
+        }
+        Ok(SteppedWindow {
+            n: rate.limit(),
+            p: rate.period_nanos(),
+            step: step_ns,
+        })
+    }
+
+    /// The step size.
+    pub fn step(&self) -> Duration {
+        Duration::from_nanos(self.step)
+    }
+
+    /// The oldest step that touches `(t − P, t]`.
+    fn oldest_touching(&self, t: u64) -> u64 {
+        t.saturating_sub(self.p) / self.step
+    }
+
+    fn first_touching(&self, state: &SteppedWindowState, t: u64) -> usize {
+        let oldest = self.oldest_touching(t);
+        state.steps.partition_point(|s| s.step < oldest)
+    }
+
+    /// The requests counted at `t` (steps after `t`'s are not yet reached).
+    fn count_at(&self, state: &SteppedWindowState, t: u64) -> u64 {
+        let first = self.first_touching(state, t);
+        state.total() - state.total_before(first)
+    }
+
+    /// The first instant at which `step` no longer touches the window.
+    fn step_leaves(&self, step: u64) -> u64 {
+        step.saturating_add(1)
+            .saturating_mul(self.step)
+            .saturating_add(self.p)
+    }
+
+    fn leave_time(&self, state: &SteppedWindowState, cost: u64) -> u64 {
+        let target = (state.total() + cost).saturating_sub(self.n);
+        let index = state.steps.partition_point(|s| s.total < target);
+        state
+            .steps
+            .get(index)
+            .map_or(0, |s| self.step_leaves(s.step))
+    }
+
+    fn pending(&self, state: &SteppedWindowState, now: u64) -> bool {
+        state.newest().is_some_and(|s| now / self.step < s.step)
+    }
+
+    fn forget_before(&self, state: &mut SteppedWindowState, t: u64) {
+        let oldest = self.oldest_touching(t);
+        while let Some(front) = state.steps.front() {
+            if front.step >= oldest {
+                break;
+            }
+            state.dropped_total = front.total;
+            state.steps.pop_front();
+        }
+    }
+
+    /// Counts `cost` at `at`, whatever the limit says: the request was
+    /// already made. Steps that can no longer touch any window are ignored;
+    /// out-of-order instants land in their own step.
+    pub fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) {
+        let step = at / self.step;
+        let newest = state.newest().map_or(step, |s| s.step.max(step));
+        if step < self.oldest_touching(newest.saturating_mul(self.step)) {
+            return;
+        }
+        self.forget_before(state, newest.saturating_mul(self.step));
+        let index = state.steps.partition_point(|s| s.step < step);
+        match state.steps.get(index) {
+            Some(s) if s.step == step => {}
+            _ => {
+                let total = state.total_before(index);
+                state.steps.insert(index, StepCount { step, total });
+            }
+        }
+        for s in state.steps.range_mut(index..) {
+            s.total += cost;
+        }
+    }
+
+    /// The requests counted in the window ending at `t`.
+    pub fn count(&self, state: &SteppedWindowState, t: u64) -> u64 {
+        self.count_at(state, t)
+    }
+}
+
+impl Algorithm for SteppedWindow {
+    type State = SteppedWindowState;
+
+    fn limit(&self) -> u64 {
+        self.n
+    }
+
+    fn capacity(&self) -> u64 {
+        self.n
+    }
+
+    fn new_state(&self) -> SteppedWindowState {
+        SteppedWindowState::default()
+    }
+
+    fn evaluate(&self, state: &SteppedWindowState, now: u64, cost: u64) -> Decision {
+        let mut decision = Decision {
+            limit: self.n,
+            ..Decision::default()
+        };
+        if self.pending(state, now) {
+            decision.retry_after = until(now, self.next_available(state, now, cost));
+            decision.reset_after = until(now, self.expires_at(state));
+            return decision;
+        }
+        let count = self.count_at(state, now);
+        decision.allowed = count + cost <= self.n;
+        if decision.allowed {
+            decision.remaining = self.n - count - cost;
+            decision.reset_after = if count + cost > 0 {
+                until(now, self.step_leaves(now / self.step))
+            } else {
+                Duration::ZERO
+            };
+        } else {
+            decision.remaining = self.n.saturating_sub(count);
+            decision.retry_after = until(now, self.leave_time(state, cost));
+            decision.reset_after = until(now, self.expires_at(state));
+        }
+        decision
+    }
+
+    fn commit(&self, state: &mut SteppedWindowState, now: u64, cost: u64) -> Option<u64> {
+        self.record(state, now, cost);
+        None
+    }
+
+    fn next_available(&self, state: &SteppedWindowState, now: u64, cost: u64) -> u64 {
+        let from = state
+            .newest()
+            .map_or(now, |s| now.max(s.step.saturating_mul(self.step)));
+        if self.count_at(state, from) + cost <= self.n {
+            from
+        } else {
+            self.leave_time(state, cost)
+        }
+    }
+
+    fn slot(&self, state: &SteppedWindowState, now: u64, cost: u64) -> Option<Slot> {
+        let at = self.next_available(state, now, cost);
+        Some(Slot { at, wait: at - now })
+    }
+
+    fn book(&self, state: &mut SteppedWindowState, _now: u64, slot: Slot, cost: u64) {
+        self.record(state, slot.at, cost);
+    }
+
+    fn expires_at(&self, state: &SteppedWindowState) -> u64 {
+        state.newest().map_or(0, |s| self.step_leaves(s.step))
+    }
+
+    fn heap_bytes(&self, state: &SteppedWindowState) -> usize {
+        state.steps.capacity() * std::mem::size_of::<StepCount>()
+    }
+}

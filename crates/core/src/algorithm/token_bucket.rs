@@ -1,0 +1,150 @@
+//! Token bucket: tokens refilled continuously at `N/P`, capped at `burst`;
+//! a request of cost `c` is admitted when at least `c` tokens are there.
+//!
+//! State is the token count and the time of the last refill. Tokens are kept
+//! in units of `1/P` token (see `bucket.rs`), so refills are exact. A
+//! reservation takes its tokens at once and may leave the bucket in debt;
+//! the caller waits until the debt is repaid, and later callers queue behind.
+
+use std::time::Duration;
+
+use super::bucket::BucketMath;
+use super::{Algorithm, Slot};
+use crate::decision::Decision;
+use crate::limit::LimitError;
+use crate::rate::{Rate, MAX_LIMIT};
+
+/// A token bucket of capacity `burst`, refilled at `rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    math: BucketMath,
+}
+
+/// Tokens (in units of `1/P` token; negative while reservations are in debt)
+/// and the time of the last refill.
+///
+/// Packed to 8-byte alignment so a keyed table stores it in 24 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(8))]
+pub struct TokenBucketState {
+    tokens: i128,
+    last: u64,
+}
+
+pub(crate) fn validate_burst(burst: u64) -> Result<(), LimitError> {
+    if burst == 0 || burst > MAX_LIMIT {
+        return Err(LimitError::Burst { burst });
+    }
+    Ok(())
+}
+
+impl TokenBucket {
+    /// A bucket holding up to `burst` tokens, refilled at `rate`.
+    pub fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
+        validate_burst(burst)?;
+        Ok(TokenBucket {
+            math: BucketMath::new(rate, burst),
+        })
+    }
+
+    /// Tokens at `max(now, last)` and that instant.
+    fn refilled(&self, state: &TokenBucketState, now: u64) -> (i128, u64) {
+        let last = state.last;
+        let at = now.max(last);
+        let cap = to_signed(self.math.capacity());
+        let tokens = state.tokens;
+        let refilled = tokens.saturating_add(to_signed(self.math.refill(at - last)));
+        (refilled.min(cap), at)
+    }
+}
+
+fn to_signed(units: u128) -> i128 {
+    i128::try_from(units).unwrap_or(i128::MAX)
+}
+
+fn to_unsigned(units: i128) -> u128 {
+    u128::try_from(units).unwrap_or(0)
+}
+
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+
+    fn limit(&self) -> u64 {
+        self.math.burst
+    }
+
+    fn capacity(&self) -> u64 {
+        self.math.burst
+    }
+
+    fn new_state(&self) -> TokenBucketState {
+        TokenBucketState {
+            tokens: to_signed(self.math.capacity()),
+            last: 0,
+        }
+    }
+
+    fn evaluate(&self, state: &TokenBucketState, now: u64, cost: u64) -> Decision {
+        let m = &self.math;
+        let (tokens, at) = self.refilled(state, now);
+        let lag = at - now;
+        let need = to_signed(m.units(cost));
+        let cap = to_signed(m.capacity());
+        let after_wait =
+            |units: i128| Duration::from_nanos(m.nanos_for(to_unsigned(units)).saturating_add(lag));
+        if tokens >= need {
+            let after = tokens - need;
+            Decision {
+                allowed: true,
+                limit: m.burst,
+                remaining: m.whole_tokens(to_unsigned(after)),
+                reset_after: after_wait(cap - after),
+                ..Decision::default()
+            }
+        } else {
+            Decision {
+                allowed: false,
+                limit: m.burst,
+                remaining: m.whole_tokens(to_unsigned(tokens)),
+                retry_after: after_wait(need - tokens),
+                reset_after: after_wait(cap - tokens),
+                ..Decision::default()
+            }
+        }
+    }
+
+    fn commit(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Option<u64> {
+        let (tokens, at) = self.refilled(state, now);
+        state.tokens = tokens - to_signed(self.math.units(cost));
+        state.last = at;
+        None
+    }
+
+    fn next_available(&self, state: &TokenBucketState, now: u64, cost: u64) -> u64 {
+        let (tokens, at) = self.refilled(state, now);
+        let need = to_signed(self.math.units(cost));
+        if tokens >= need {
+            return now;
+        }
+        at.saturating_add(self.math.nanos_for(to_unsigned(need - tokens)))
+    }
+
+    fn slot(&self, state: &TokenBucketState, now: u64, cost: u64) -> Option<Slot> {
+        let at = self.next_available(state, now, cost);
+        Some(Slot {
+            at: now,
+            wait: at - now,
+        })
+    }
+
+    fn book(&self, state: &mut TokenBucketState, now: u64, _slot: Slot, cost: u64) {
+        self.commit(state, now, cost);
+    }
+
+    fn expires_at(&self, state: &TokenBucketState) -> u64 {
+        let missing = to_signed(self.math.capacity()) - state.tokens;
+        state
+            .last
+            .saturating_add(self.math.nanos_for(to_unsigned(missing)))
+    }
+}

@@ -1,0 +1,47 @@
+//! The tollgate rate-limiting core: every algorithm with exact semantics, as
+//! pure functions of state, time and cost.
+//!
+//! This crate does no I/O and reads no clock on its own: callers pass `now`
+//! (nanoseconds since the Unix epoch) into every operation. Stores
+//! (`tollgate-memory`, and later Redis) keep the per-key state and call the
+//! algorithms under their own locking.
+//!
+//! # Layout
+//!
+//! - [`rate`]: limit notation (`10/s`, `5/15min`, `N per P`) into [`Rate`].
+//! - [`limit`]: a configured [`Limit`] (algorithm + rate + options), validated
+//!   into an [`AnyAlgorithm`].
+//! - [`algorithm`]: the [`Algorithm`] trait and the eight algorithms.
+//! - [`decision`]: [`Decision`] and [`Reservation`], the answers.
+//! - [`time`]: the [`Clock`](time::Clock) trait, a system clock and a manual
+//!   one for tests.
+//!
+//! # Example
+//!
+//! ```
+//! use tollgate_core::algorithm::{Algorithm, TokenBucket};
+//! use tollgate_core::time::NANOS_PER_SEC;
+//! use tollgate_core::Rate;
+//!
+//! // Capacity 4, refilled at 2 per minute.
+//! let bucket = TokenBucket::new(Rate::per_minute(2).unwrap(), 4).unwrap();
+//! let mut state = bucket.new_state();
+//! for _ in 0..4 {
+//!     assert!(bucket.check(&mut state, 0, 1).unwrap().allowed);
+//! }
+//! let fifth = bucket.check(&mut state, 0, 1).unwrap();
+//! assert!(!fifth.allowed);
+//! assert_eq!(fifth.retry_after.as_secs(), 30);
+//! assert!(bucket.check(&mut state, 60 * NANOS_PER_SEC, 2).unwrap().allowed);
+//! ```
+
+pub mod algorithm;
+pub mod decision;
+pub mod limit;
+pub mod rate;
+pub mod time;
+
+pub use algorithm::Algorithm;
+pub use decision::{Decision, Reservation};
+pub use limit::{AlgorithmName, AnyAlgorithm, Limit, LimitError};
+pub use rate::{Rate, RateError};

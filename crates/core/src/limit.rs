@@ -1,0 +1,360 @@
+//! A limit as configured: which algorithm, at what rate, with which options;
+//! validated once into an [`AnyAlgorithm`] that stores dispatch on.
+//!
+//! ```
+//! use tollgate_core::{AlgorithmName, Limit, Rate};
+//!
+//! let limit = Limit::new(AlgorithmName::TokenBucket, "10/s".parse().unwrap()).with_burst(20);
+//! let algorithm = limit.build().unwrap();
+//! assert_eq!(algorithm.limit(), 20);
+//! assert!(Limit::new(AlgorithmName::FixedWindow, Rate::per_second(5).unwrap())
+//!     .with_burst(9)
+//!     .build()
+//!     .is_err());
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::algorithm::{
+    Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, SlidingWindowCounter, SlidingWindowLog,
+    SteppedWindow, TokenBucket,
+};
+use crate::rate::{Rate, RateError};
+
+/// The lease time of a `concurrency` limit when none is configured.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// Everything that can be wrong with a limit or a request against it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The algorithm name is not one of the eight.
+    #[error("unknown algorithm {name:?} (expected one of: {})", AlgorithmName::ALL_NAMES.join(", "))]
+    UnknownAlgorithm {
+        /// The rejected name.
+        name: String,
+    },
+    /// The rate text or values are invalid.
+    #[error(transparent)]
+    Rate(#[from] RateError),
+    /// `burst` is zero or too large.
+    #[error("burst {burst} is out of range (1 to {})", crate::rate::MAX_LIMIT)]
+    Burst {
+        /// The rejected burst.
+        burst: u64,
+    },
+    /// `step` is shorter than 1 ms or longer than the period.
+    #[error("step {step:?} must be between 1ms and the limit's period")]
+    Step {
+        /// The rejected step.
+        step: Duration,
+    },
+    /// `lease_ttl` is shorter than 1 ms.
+    #[error("lease_ttl {lease_ttl:?} must be at least 1ms")]
+    LeaseTtl {
+        /// The rejected lease time.
+        lease_ttl: Duration,
+    },
+    /// An option was given to an algorithm that has no use for it.
+    #[error("option {option:?} does not apply to algorithm {algorithm}")]
+    Option {
+        /// The option's name.
+        option: &'static str,
+        /// The algorithm it was given to.
+        algorithm: AlgorithmName,
+    },
+    /// The request's cost exceeds what the limit can ever admit.
+    #[error("cost {cost} can never be admitted: the limit's capacity is {capacity}")]
+    CostTooLarge {
+        /// The request's cost.
+        cost: u64,
+        /// The limit's capacity.
+        capacity: u64,
+    },
+    /// Reservations were asked of an algorithm that has no time slots.
+    #[error("reservations are not available for concurrency limits")]
+    ReservationUnsupported,
+}
+
+/// The eight algorithms, by their configuration names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AlgorithmName {
+    /// `token_bucket`
+    TokenBucket,
+    /// `gcra`
+    Gcra,
+    /// `leaky_bucket`
+    LeakyBucket,
+    /// `fixed_window`
+    FixedWindow,
+    /// `sliding_window_log`
+    SlidingWindowLog,
+    /// `sliding_window_counter`
+    SlidingWindowCounter,
+    /// `stepped_window`
+    SteppedWindow,
+    /// `concurrency`
+    Concurrency,
+}
+
+impl AlgorithmName {
+    /// Every algorithm, in SPEC order.
+    pub const ALL: [AlgorithmName; 8] = [
+        AlgorithmName::TokenBucket,
+        AlgorithmName::Gcra,
+        AlgorithmName::LeakyBucket,
+        AlgorithmName::FixedWindow,
+        AlgorithmName::SlidingWindowLog,
+        AlgorithmName::SlidingWindowCounter,
+        AlgorithmName::SteppedWindow,
+        AlgorithmName::Concurrency,
+    ];
+
+    const ALL_NAMES: [&'static str; 8] = [
+        "token_bucket",
+        "gcra",
+        "leaky_bucket",
+        "fixed_window",
+        "sliding_window_log",
+        "sliding_window_counter",
+        "stepped_window",
+        "concurrency",
+    ];
+
+    /// The configuration name, e.g. `token_bucket`.
+    pub fn as_str(self) -> &'static str {
+        Self::ALL_NAMES[self as usize]
+    }
+
+    /// Whether `burst` applies (the bucket algorithms).
+    pub fn has_burst(self) -> bool {
+        matches!(
+            self,
+            AlgorithmName::TokenBucket | AlgorithmName::Gcra | AlgorithmName::LeakyBucket
+        )
+    }
+}
+
+impl fmt::Display for AlgorithmName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AlgorithmName {
+    type Err = LimitError;
+
+    fn from_str(name: &str) -> Result<Self, LimitError> {
+        Self::ALL_NAMES
+            .iter()
+            .position(|n| *n == name)
+            .map(|i| Self::ALL[i])
+            .ok_or_else(|| LimitError::UnknownAlgorithm {
+                name: name.to_string(),
+            })
+    }
+}
+
+/// A limit as configured, before validation.
+///
+/// For `concurrency` the rate's `N` is the number of requests in flight and
+/// its period is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// The algorithm.
+    pub algorithm: AlgorithmName,
+    /// `N` per `P`.
+    pub rate: Rate,
+    /// Bucket capacity (bucket algorithms only); defaults to `N`.
+    pub burst: Option<u64>,
+    /// Step size (`stepped_window` only); defaults to the Databox table.
+    pub step: Option<Duration>,
+    /// Lease lifetime (`concurrency` only); defaults to [`DEFAULT_LEASE_TTL`].
+    pub lease_ttl: Option<Duration>,
+}
+
+impl Limit {
+    /// `algorithm` at `rate` with default options.
+    pub fn new(algorithm: AlgorithmName, rate: Rate) -> Limit {
+        Limit {
+            algorithm,
+            rate,
+            burst: None,
+            step: None,
+            lease_ttl: None,
+        }
+    }
+
+    /// Sets the bucket capacity.
+    pub fn with_burst(mut self, burst: u64) -> Limit {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Sets the stepped window's step.
+    pub fn with_step(mut self, step: Duration) -> Limit {
+        self.step = Some(step);
+        self
+    }
+
+    /// Sets the concurrency lease lifetime.
+    pub fn with_lease_ttl(mut self, lease_ttl: Duration) -> Limit {
+        self.lease_ttl = Some(lease_ttl);
+        self
+    }
+
+    /// Validates the options and builds the algorithm.
+    pub fn build(&self) -> Result<AnyAlgorithm, LimitError> {
+        let name = self.algorithm;
+        let reject = |option| LimitError::Option {
+            option,
+            algorithm: name,
+        };
+        if self.burst.is_some() && !name.has_burst() {
+            return Err(reject("burst"));
+        }
+        if self.step.is_some() && name != AlgorithmName::SteppedWindow {
+            return Err(reject("step"));
+        }
+        if self.lease_ttl.is_some() && name != AlgorithmName::Concurrency {
+            return Err(reject("lease_ttl"));
+        }
+        let burst = self.burst.unwrap_or(self.rate.limit());
+        let rate = self.rate;
+        Ok(match name {
+            AlgorithmName::TokenBucket => AnyAlgorithm::TokenBucket(TokenBucket::new(rate, burst)?),
+            AlgorithmName::Gcra => AnyAlgorithm::Gcra(Gcra::new(rate, burst)?),
+            AlgorithmName::LeakyBucket => AnyAlgorithm::LeakyBucket(LeakyBucket::new(rate, burst)?),
+            AlgorithmName::FixedWindow => AnyAlgorithm::FixedWindow(FixedWindow::new(rate)),
+            AlgorithmName::SlidingWindowLog => {
+                AnyAlgorithm::SlidingWindowLog(SlidingWindowLog::new(rate))
+            }
+            AlgorithmName::SlidingWindowCounter => {
+                AnyAlgorithm::SlidingWindowCounter(SlidingWindowCounter::new(rate))
+            }
+            AlgorithmName::SteppedWindow => {
+                AnyAlgorithm::SteppedWindow(SteppedWindow::new(rate, self.step)?)
+            }
+            AlgorithmName::Concurrency => AnyAlgorithm::Concurrency(Concurrency::new(
+                rate.limit(),
+                self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL),
+            )?),
+        })
+    }
+}
+
+impl fmt::Display for Limit {
+    /// A stable, human-readable name such as `token_bucket_10_per_1s_burst_20`,
+    /// used where a limit has no configured name (e.g. the IETF headers).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rate = self.rate.to_string().replace('/', "_per_");
+        write!(f, "{}_{rate}", self.algorithm)?;
+        if let Some(burst) = self.burst {
+            write!(f, "_burst_{burst}")?;
+        }
+        if let Some(step) = self.step {
+            write!(f, "_step_{}ms", step.as_millis())?;
+        }
+        if let Some(ttl) = self.lease_ttl {
+            write!(f, "_ttl_{}ms", ttl.as_millis())?;
+        }
+        Ok(())
+    }
+}
+
+/// A validated algorithm of any kind; stores match on it once to pick a
+/// typed table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnyAlgorithm {
+    /// See [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// See [`Gcra`].
+    Gcra(Gcra),
+    /// See [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// See [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// See [`SlidingWindowLog`].
+    SlidingWindowLog(SlidingWindowLog),
+    /// See [`SlidingWindowCounter`].
+    SlidingWindowCounter(SlidingWindowCounter),
+    /// See [`SteppedWindow`].
+    SteppedWindow(SteppedWindow),
+    /// See [`Concurrency`].
+    Concurrency(Concurrency),
+}
+
+impl AnyAlgorithm {
+    /// The configured maximum.
+    pub fn limit(&self) -> u64 {
+        match self {
+            AnyAlgorithm::TokenBucket(a) => a.limit(),
+            AnyAlgorithm::Gcra(a) => a.limit(),
+            AnyAlgorithm::LeakyBucket(a) => a.limit(),
+            AnyAlgorithm::FixedWindow(a) => a.limit(),
+            AnyAlgorithm::SlidingWindowLog(a) => a.limit(),
+            AnyAlgorithm::SlidingWindowCounter(a) => a.limit(),
+            AnyAlgorithm::SteppedWindow(a) => a.limit(),
+            AnyAlgorithm::Concurrency(a) => a.limit(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in AlgorithmName::ALL {
+            assert_eq!(name.as_str().parse::<AlgorithmName>(), Ok(name));
+        }
+        let err = "leaky".parse::<AlgorithmName>().unwrap_err().to_string();
+        assert!(
+            err.contains("\"leaky\"") && err.contains("token_bucket"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn options_are_checked_against_the_algorithm() {
+        let rate = Rate::per_second(10).unwrap();
+        let limit = |a| Limit::new(a, rate);
+        assert!(limit(AlgorithmName::Gcra).with_burst(0).build().is_err());
+        assert!(limit(AlgorithmName::SlidingWindowLog)
+            .with_step(Duration::from_secs(1))
+            .build()
+            .is_err());
+        assert!(limit(AlgorithmName::SteppedWindow)
+            .with_step(Duration::from_secs(2))
+            .build()
+            .is_err());
+        assert!(limit(AlgorithmName::SteppedWindow)
+            .with_step(Duration::from_micros(10))
+            .build()
+            .is_err());
+        assert!(limit(AlgorithmName::Concurrency)
+            .with_lease_ttl(Duration::ZERO)
+            .build()
+            .is_err());
+        assert!(limit(AlgorithmName::TokenBucket)
+            .with_lease_ttl(Duration::from_secs(1))
+            .build()
+            .is_err());
+        for name in AlgorithmName::ALL {
+            assert_eq!(limit(name).build().map(|a| a.limit()), Ok(10), "{name}");
+        }
+    }
+
+    #[test]
+    fn display_names_are_stable() {
+        let rate = Rate::per_second(10).unwrap();
+        assert_eq!(
+            Limit::new(AlgorithmName::TokenBucket, rate)
+                .with_burst(20)
+                .to_string(),
+            "token_bucket_10_per_s_burst_20"
+        );
+    }
+}
