@@ -5,7 +5,8 @@
 //! through back to back. Time is kept in units of `1/N` ns, so the interval is
 //! exactly `P` units and the decisions are exactly those of
 //! [`TokenBucket`](super::TokenBucket) with the same rate and burst.
-//! A reservation moves the TAT ahead: later callers queue behind it.
+//! A reservation is counted at its slot, as a request arriving then would be,
+//! and moves the TAT ahead: later callers queue behind it.
 
 use std::time::Duration;
 
@@ -100,14 +101,11 @@ impl Algorithm for Gcra {
 
     fn slot(&self, state: &GcraState, now: u64, cost: u64) -> Option<Slot> {
         let at = self.next_available(state, now, cost);
-        Some(Slot {
-            at: now,
-            wait: at - now,
-        })
+        Some(Slot { at, wait: at - now })
     }
 
-    fn book(&self, state: &mut GcraState, now: u64, _slot: Slot, cost: u64) {
-        self.commit(state, now, cost);
+    fn book(&self, state: &mut GcraState, _now: u64, slot: Slot, cost: u64) {
+        self.commit(state, slot.at, cost);
     }
 
     fn expires_at(&self, state: &GcraState) -> u64 {

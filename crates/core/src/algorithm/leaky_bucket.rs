@@ -6,6 +6,12 @@
 //! token bucket with the same rate and burst. Levels are kept in units of
 //! `1/P` request (see `bucket.rs`).
 //!
+//! A reservation is not bound by the queue's capacity: it joins the queue
+//! when everything ahead of it has drained (its slot), exactly as a request
+//! arriving then would, so the queue's last change may lie ahead of `now`.
+//! Until then the level counts everything still to drain before it, and later
+//! callers queue behind it.
+//!
 //! nginx's `burst=B` counts the request being served separately, so it
 //! corresponds to tollgate's `burst = B + 1`.
 
@@ -23,8 +29,8 @@ pub struct LeakyBucket {
     math: BucketMath,
 }
 
-/// Queue level (in units of `1/P` request; above capacity while reservations
-/// are queued beyond it) and the time of the last drain.
+/// Queue level (in units of `1/P` request) and the time of its last change,
+/// which a reservation may put ahead of `now`.
 ///
 /// Packed to 8-byte alignment so a keyed table stores it in 24 bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,12 +49,15 @@ impl LeakyBucket {
         })
     }
 
-    /// Queue level at `max(now, last)` and that instant.
-    fn drained(&self, state: &LeakyBucketState, now: u64) -> (u128, u64) {
-        let last = state.last;
-        let at = now.max(last);
-        let queue = state.queue;
-        (queue.saturating_sub(self.math.refill(at - last)), at)
+    /// Queue level at `now`. Before the last change (a booked reservation),
+    /// the queue also holds what drains until then.
+    fn level(&self, state: &LeakyBucketState, now: u64) -> u128 {
+        let (queue, last) = (state.queue, state.last);
+        if now >= last {
+            queue.saturating_sub(self.math.refill(now - last))
+        } else {
+            queue + self.math.refill(last - now)
+        }
     }
 }
 
@@ -69,9 +78,8 @@ impl Algorithm for LeakyBucket {
 
     fn evaluate(&self, state: &LeakyBucketState, now: u64, cost: u64) -> Decision {
         let m = &self.math;
-        let (queue, at) = self.drained(state, now);
-        let lag = at - now;
-        let wait = |units: u128| Duration::from_nanos(m.nanos_for(units).saturating_add(lag));
+        let queue = self.level(state, now);
+        let wait = |units: u128| Duration::from_nanos(m.nanos_for(units));
         let need = m.units(cost);
         let cap = m.capacity();
         if queue + need <= cap {
@@ -97,31 +105,29 @@ impl Algorithm for LeakyBucket {
     }
 
     fn commit(&self, state: &mut LeakyBucketState, now: u64, cost: u64) -> Option<u64> {
-        let (queue, at) = self.drained(state, now);
-        state.queue = queue + self.math.units(cost);
-        state.last = at;
+        state.queue = self.level(state, now) + self.math.units(cost);
+        state.last = now;
         None
     }
 
     fn next_available(&self, state: &LeakyBucketState, now: u64, cost: u64) -> u64 {
-        let (queue, at) = self.drained(state, now);
+        let queue = self.level(state, now);
         let over = (queue + self.math.units(cost)).saturating_sub(self.math.capacity());
-        if over == 0 {
-            return now;
-        }
-        at.saturating_add(self.math.nanos_for(over))
+        now.saturating_add(self.math.nanos_for(over))
     }
 
-    /// A reservation joins the queue at once, beyond its capacity if need be;
-    /// the caller waits until everything ahead of it has drained.
+    /// A reservation's slot is when everything ahead of it has drained,
+    /// whatever the queue's capacity.
     fn slot(&self, state: &LeakyBucketState, now: u64, _cost: u64) -> Option<Slot> {
-        let (queue, at) = self.drained(state, now);
-        let wait = (at - now).saturating_add(self.math.nanos_for(queue));
-        Some(Slot { at: now, wait })
+        let wait = self.math.nanos_for(self.level(state, now));
+        Some(Slot {
+            at: now.saturating_add(wait),
+            wait,
+        })
     }
 
-    fn book(&self, state: &mut LeakyBucketState, now: u64, _slot: Slot, cost: u64) {
-        self.commit(state, now, cost);
+    fn book(&self, state: &mut LeakyBucketState, _now: u64, slot: Slot, cost: u64) {
+        self.commit(state, slot.at, cost);
     }
 
     fn expires_at(&self, state: &LeakyBucketState) -> u64 {

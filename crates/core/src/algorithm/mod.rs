@@ -146,15 +146,19 @@ pub trait Algorithm: Send + Sync + 'static {
         Ok(())
     }
 
-    /// The earliest instant `cost` would be admitted, validated.
+    /// The earliest instant `cost` would be admitted, validated; `now` for
+    /// cost 0, which is always admitted.
     fn earliest(&self, state: &Self::State, now: u64, cost: u64) -> Result<u64, LimitError> {
         self.validate_cost(cost)?;
+        if cost == 0 {
+            return Ok(now);
+        }
         Ok(self.next_available(state, now, cost))
     }
 
     /// Books the earliest slot for `cost`, unless the caller would have to
     /// wait longer than `max_wait` (no bound when `None`), in which case
-    /// nothing is booked.
+    /// nothing is booked. Cost 0 is a peek: no wait, nothing booked.
     fn reserve(
         &self,
         state: &mut Self::State,
@@ -166,6 +170,12 @@ pub trait Algorithm: Send + Sync + 'static {
         let slot = self
             .slot(state, now, cost)
             .ok_or(LimitError::ReservationUnsupported)?;
+        if cost == 0 {
+            return Ok(Reservation {
+                wait: Duration::ZERO,
+                decision: self.peek(state, now),
+            });
+        }
         let max_wait = max_wait.map_or(u64::MAX, crate::time::duration_to_nanos);
         let wait = Duration::from_nanos(slot.wait);
         if slot.wait > max_wait {
@@ -174,9 +184,7 @@ pub trait Algorithm: Send + Sync + 'static {
             decision.retry_after = Duration::from_nanos(slot.wait - max_wait);
             return Ok(Reservation { wait, decision });
         }
-        if cost > 0 {
-            self.book(state, now, slot, cost);
-        }
+        self.book(state, now, slot, cost);
         Ok(Reservation {
             wait,
             decision: self.peek(state, now),

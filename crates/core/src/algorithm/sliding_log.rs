@@ -134,10 +134,12 @@ impl Algorithm for SlidingWindowLog {
         decision.allowed = count + cost <= self.n;
         if decision.allowed {
             decision.remaining = self.n - count - cost;
-            decision.reset_after = if count + cost > 0 {
+            // A counted request is the newest entry, gone after P; a peek
+            // waits for the newest entry already logged.
+            decision.reset_after = if cost > 0 {
                 Duration::from_nanos(self.p)
             } else {
-                Duration::ZERO
+                until(now, self.expires_at(state))
             };
         } else {
             decision.remaining = self.n.saturating_sub(count);

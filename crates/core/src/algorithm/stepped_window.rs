@@ -209,10 +209,12 @@ impl Algorithm for SteppedWindow {
         decision.allowed = count + cost <= self.n;
         if decision.allowed {
             decision.remaining = self.n - count - cost;
-            decision.reset_after = if count + cost > 0 {
+            // A counted request lands in the newest step, `now`'s; a peek
+            // waits for the newest step already counted.
+            decision.reset_after = if cost > 0 {
                 until(now, self.step_leaves(now / self.step))
             } else {
-                Duration::ZERO
+                until(now, self.expires_at(state))
             };
         } else {
             decision.remaining = self.n.saturating_sub(count);

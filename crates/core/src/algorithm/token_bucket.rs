@@ -3,8 +3,12 @@
 //!
 //! State is the token count and the time of the last refill. Tokens are kept
 //! in units of `1/P` token (see `bucket.rs`), so refills are exact. A
-//! reservation takes its tokens at once and may leave the bucket in debt;
-//! the caller waits until the debt is repaid, and later callers queue behind.
+//! reservation takes its tokens at its slot, the first instant they are
+//! there, exactly as a request arriving then would: the last refill may then
+//! lie ahead of `now`, and later callers queue behind it. (Taking them at
+//! the time of booking would lose the rounding of each wait up to a whole
+//! nanosecond, and a slot could come a nanosecond before a plain check at
+//! that instant would pass.)
 
 use std::time::Duration;
 
@@ -20,8 +24,8 @@ pub struct TokenBucket {
     math: BucketMath,
 }
 
-/// Tokens (in units of `1/P` token; negative while reservations are in debt)
-/// and the time of the last refill.
+/// Tokens (in units of `1/P` token) and the time of the last refill, which a
+/// reservation may put ahead of `now`.
 ///
 /// Packed to 8-byte alignment so a keyed table stores it in 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,14 +135,11 @@ impl Algorithm for TokenBucket {
 
     fn slot(&self, state: &TokenBucketState, now: u64, cost: u64) -> Option<Slot> {
         let at = self.next_available(state, now, cost);
-        Some(Slot {
-            at: now,
-            wait: at - now,
-        })
+        Some(Slot { at, wait: at - now })
     }
 
-    fn book(&self, state: &mut TokenBucketState, now: u64, _slot: Slot, cost: u64) {
-        self.commit(state, now, cost);
+    fn book(&self, state: &mut TokenBucketState, _now: u64, slot: Slot, cost: u64) {
+        self.commit(state, slot.at, cost);
     }
 
     fn expires_at(&self, state: &TokenBucketState) -> u64 {
