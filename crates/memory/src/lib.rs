@@ -1,1 +1,98 @@
-//! placeholder
+//! The in-memory keyed store for tollgate: sharded, bounded, evicting.
+//!
+//! A [`MemoryStore`] keeps one keyed table per distinct
+//! [`Limit`](tollgate_core::Limit); a [`Limiter`] is a cheap handle to one of
+//! them. The algorithms themselves live in `tollgate-core`; this crate holds
+//! their per-key state, under locks, within a memory cap. Callers pass `now`
+//! (nanoseconds since the Unix epoch) into every operation.
+//!
+//! ```
+//! use tollgate_core::{AlgorithmName, Limit, Rate};
+//! use tollgate_memory::{MemoryConfig, MemoryStore};
+//!
+//! let store = MemoryStore::new(MemoryConfig::default());
+//! let limit = Limit::new(AlgorithmName::TokenBucket, "10/s".parse().unwrap());
+//! let limiter = store.limiter(&limit).unwrap();
+//! let decision = limiter.check(b"203.0.113.7", 1_000_000_000, 1).unwrap();
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 9);
+//! assert_eq!(store.len(), 1);
+//! ```
+//!
+//! # How keys are stored
+//!
+//! A key is hashed once to a 128-bit fingerprint (SipHash-1-3 under a random
+//! per-store [`Seed`]); tables store the fingerprint and the algorithm's
+//! state, nothing else — 32 bytes per entry for `gcra` and `fixed_window`,
+//! 40 for `token_bucket`, plus one control byte per bucket. A table is split
+//! into shards (each a mutex around a hashbrown table, padded to a cache
+//! line); the fingerprint picks the shard. A missing key behaves as the
+//! algorithm's fresh state, and an operation that changes nothing (a peek, a
+//! rejection, `next_available`) inserts nothing.
+//!
+//! # The memory cap and what is evicted
+//!
+//! Every table's shard array and hash-table allocations, and the heap owned
+//! by states (a sliding log's timestamps, a concurrency limit's leases), are
+//! accounted against [`MemoryConfig::max_bytes`]; the registry of limits
+//! itself is small and not counted. A shard reserves its next allocation
+//! from the budget before its table grows. When the budget is full, the
+//! shard first drops its expired states; if none had expired, it **evicts the
+//! eighth of its states with the earliest `expires_at`** — the keys closest to
+//! forgetting their limit anyway — and inserts without growing. An evicted
+//! key starts fresh: the cap trades accuracy for bounded memory under a
+//! flood of unique keys. When a state's own heap outgrows what is left, other
+//! keys of its shard are evicted the same way; if the key is alone, it is
+//! forgotten itself.
+//!
+//! Every shard may always grow to 16 buckets (14 keys), so a new limit works
+//! even under a full budget; [`MemoryStore::memory_used`] may exceed the cap
+//! by at most that much per shard. While a table grows, the old and the new
+//! allocation briefly coexist, and eviction sorts a shard's expiry times in a
+//! scratch buffer, so the real peak can pass the cap by about one shard's
+//! table.
+//!
+//! Expired states are otherwise dropped by [`MemoryStore::sweep`], which
+//! walks a few shards per call (round robin, one lock at a time) and shrinks
+//! a table that it left under a quarter full.
+//!
+//! # Several limits at once
+//!
+//! [`MemoryStore::check_all`] and [`MemoryStore::reserve_all`] are
+//! all-or-nothing: they lock every shard involved in one global order (table
+//! address, then shard index), evaluate every limit, and count only when all
+//! admit.
+//!
+//! # Layout
+//!
+//! - `config`: [`MemoryConfig`].
+//! - `fingerprint`: [`Seed`] and the 128-bit key fingerprint.
+//! - `budget`: the shared atomic byte budget.
+//! - `footprint`: what a hash table of a given size allocates.
+//! - `keyed`: what the store needs to know about each algorithm.
+//! - `shard`: one shard's table, lookups, inserts and accounting.
+//! - `evict`: expiry, eviction and shrinking within a shard.
+//! - `table`: a limit's sharded table behind an object-safe trait.
+//! - `limiter`: [`Limiter`], single-key operations.
+//! - `registry`: limits to tables.
+//! - `multi`: `check_all` and `reserve_all`.
+//! - `store`: [`MemoryStore`].
+
+mod budget;
+mod config;
+mod evict;
+mod fingerprint;
+mod footprint;
+mod keyed;
+mod limiter;
+mod multi;
+mod registry;
+mod shard;
+mod store;
+mod table;
+
+pub use config::{MemoryConfig, DEFAULT_MAX_BYTES, MAX_SHARDS, MIN_DEFAULT_SHARDS};
+pub use fingerprint::Seed;
+pub use limiter::Limiter;
+pub use multi::MultiReservation;
+pub use store::MemoryStore;

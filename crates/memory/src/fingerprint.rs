@@ -1,0 +1,113 @@
+//! Keys hashed once to a 128-bit [`Fingerprint`] with SipHash-1-3 under a
+//! secret per-store [`Seed`].
+//!
+//! Tables store fingerprints, never keys: a key of any length costs 16 bytes.
+//! Two keys share a state only if their fingerprints collide, which takes
+//! about 2^64 keys by chance; because the seed is random and secret, callers
+//! cannot craft collisions (or pile keys into one shard) on purpose. This
+//! module owns the hashing and the split of a fingerprint into shard index
+//! and table hash; it does not own the tables.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+
+use siphasher::sip128::{Hash128, Hasher128, SipHasher13};
+
+/// The secret keys of a store's fingerprint hash.
+///
+/// Snapshots record it so that a restored store finds its keys again. Its
+/// `Debug` output is redacted.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Seed {
+    /// The first SipHash key.
+    pub k0: u64,
+    /// The second SipHash key.
+    pub k1: u64,
+}
+
+impl Seed {
+    /// Fresh random keys, from the operating system's randomness (through
+    /// [`RandomState`]).
+    pub fn random() -> Seed {
+        Seed {
+            k0: RandomState::new().hash_one(0x746f_6c6c_u64),
+            k1: RandomState::new().hash_one(0x6761_7465_u64),
+        }
+    }
+
+    /// The fingerprint of `key` under this seed.
+    pub(crate) fn fingerprint(&self, key: &[u8]) -> Fingerprint {
+        let mut hasher = SipHasher13::new_with_keys(self.k0, self.k1);
+        hasher.write(key);
+        let Hash128 { h1, h2 } = hasher.finish128();
+        Fingerprint { hi: h1, lo: h2 }
+    }
+}
+
+impl fmt::Debug for Seed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Seed(..)")
+    }
+}
+
+/// A key's 128-bit hash, kept as two `u64` so entries stay 8-byte aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Fingerprint {
+    hi: u64,
+    lo: u64,
+}
+
+impl Fingerprint {
+    /// The hash the shard's table is probed with (independent of the shard
+    /// index).
+    pub(crate) fn table_hash(&self) -> u64 {
+        self.hi
+    }
+
+    /// The shard among `mask + 1` (a power of two) that holds this key.
+    pub(crate) fn shard(&self, mask: usize) -> usize {
+        // Truncation on 32-bit targets keeps the low bits, which is all we use.
+        (self.lo as usize) & mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_fingerprint_and_different_seeds_differ() {
+        let seed = Seed { k0: 1, k1: 2 };
+        assert_eq!(seed.fingerprint(b"user:1"), seed.fingerprint(b"user:1"));
+        assert_ne!(seed.fingerprint(b"user:1"), seed.fingerprint(b"user:2"));
+        let other = Seed { k0: 1, k1: 3 };
+        assert_ne!(seed.fingerprint(b"user:1"), other.fingerprint(b"user:1"));
+    }
+
+    #[test]
+    fn random_seeds_differ_and_are_not_printed() {
+        let (a, b) = (Seed::random(), Seed::random());
+        assert_ne!(a, b);
+        assert_eq!(format!("{a:?}"), "Seed(..)");
+    }
+
+    #[test]
+    fn shards_spread_evenly() {
+        let seed = Seed::random();
+        let mut counts = [0usize; 16];
+        for i in 0..16_000u32 {
+            counts[seed.fingerprint(&i.to_le_bytes()).shard(15)] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn a_fingerprint_is_two_aligned_words() {
+        assert_eq!(std::mem::size_of::<Fingerprint>(), 16);
+        assert_eq!(std::mem::align_of::<Fingerprint>(), 8);
+    }
+}

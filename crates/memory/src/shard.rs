@@ -1,0 +1,230 @@
+//! One shard of a keyed table: a hash table of `(fingerprint, state)`
+//! entries, and the bytes its allocation has accounted against the budget.
+//!
+//! A shard looks states up, runs an operation on them, inserts a key only
+//! when the operation changed its state, and keeps the budget in step with
+//! every allocation it makes. Making room when the budget is full lives in
+//! `evict.rs`; locking lives in `table.rs`.
+
+use hashbrown::HashTable;
+use tollgate_core::Algorithm;
+
+use crate::budget::Budget;
+use crate::fingerprint::Fingerprint;
+use crate::footprint::{full_capacity, grown_buckets, table_bytes, MIN_BUCKETS};
+
+/// How many times a shard tries to free memory before it gives up on one
+/// allocation. Each round drops at least one entry (usually an eighth).
+pub(crate) const RELIEF_ROUNDS: usize = 64;
+
+/// One key: its fingerprint and its state; nothing else (expiry comes from
+/// [`Algorithm::expires_at`]).
+#[derive(Debug)]
+pub(crate) struct Entry<S> {
+    pub(crate) fp: Fingerprint,
+    pub(crate) state: S,
+}
+
+impl<S> Entry<S> {
+    pub(crate) fn hash(&self) -> u64 {
+        self.fp.table_hash()
+    }
+}
+
+/// The algorithm and budget a shard works with.
+#[derive(Debug)]
+pub(crate) struct Ctx<'a, A> {
+    pub(crate) alg: &'a A,
+    pub(crate) budget: &'a Budget,
+}
+
+// Derived impls would require `A: Copy`; the context only holds references.
+impl<A> Clone for Ctx<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Ctx<'_, A> {}
+
+/// The keys of one shard.
+#[derive(Debug)]
+pub(crate) struct Shard<A: Algorithm> {
+    pub(crate) table: HashTable<Entry<A::State>>,
+    /// The table's allocation as accounted in the budget.
+    pub(crate) table_bytes: usize,
+}
+
+impl<A: Algorithm> Default for Shard<A> {
+    fn default() -> Self {
+        Shard {
+            table: HashTable::new(),
+            table_bytes: 0,
+        }
+    }
+}
+
+impl<A: Algorithm> Shard<A> {
+    /// Keys held.
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// The state of `fp`, if held.
+    pub(crate) fn get(&self, fp: Fingerprint) -> Option<&A::State> {
+        self.table
+            .find(fp.table_hash(), |e| e.fp == fp)
+            .map(|e| &e.state)
+    }
+
+    fn get_mut(&mut self, fp: Fingerprint) -> Option<&mut A::State> {
+        self.table
+            .find_mut(fp.table_hash(), |e| e.fp == fp)
+            .map(|e| &mut e.state)
+    }
+
+    /// `f` applied to the state of `fp`, or to a fresh state when absent.
+    pub(crate) fn read<R>(&self, alg: &A, fp: Fingerprint, f: impl FnOnce(&A::State) -> R) -> R {
+        match self.get(fp) {
+            Some(state) => f(state),
+            None => f(&alg.new_state()),
+        }
+    }
+
+    /// Runs `f` on the state of `fp`. An absent key gets a fresh state, which
+    /// is inserted only when `f` reports (with its second result) that it
+    /// changed it.
+    pub(crate) fn update<R>(
+        &mut self,
+        cx: Ctx<'_, A>,
+        fp: Fingerprint,
+        now: u64,
+        f: impl FnOnce(&mut A::State) -> (R, bool),
+    ) -> R {
+        if let Some(state) = self.get_mut(fp) {
+            let before = cx.alg.heap_bytes(state);
+            let (result, _) = f(state);
+            self.settle_heap(cx, fp, before, now);
+            return result;
+        }
+        let mut state = cx.alg.new_state();
+        let (result, changed) = f(&mut state);
+        if changed {
+            self.insert(cx, fp, state, now);
+        }
+        result
+    }
+
+    /// Forgets `fp`; `true` when it was held.
+    pub(crate) fn remove(&mut self, cx: Ctx<'_, A>, fp: Fingerprint) -> bool {
+        match self.table.find_entry(fp.table_hash(), |e| e.fp == fp) {
+            Ok(entry) => {
+                let (entry, _) = entry.remove();
+                cx.budget.release(cx.alg.heap_bytes(&entry.state));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn insert(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, state: A::State, now: u64) {
+        self.make_slot(cx, now);
+        self.table
+            .insert_unique(fp.table_hash(), Entry { fp, state }, Entry::hash);
+        self.reconcile(cx.budget);
+        self.settle_heap(cx, fp, 0, now);
+    }
+
+    /// The bucket count inserting one more key would grow the table to, or
+    /// `None` when it fits (possibly after an in-place rehash, which
+    /// allocates nothing).
+    fn growth_needed(&self) -> Option<usize> {
+        let len = self.table.len();
+        // `capacity()` is len + growth_left: tombstones already subtracted.
+        if len < self.table.capacity() {
+            return None;
+        }
+        let buckets = self.table.num_buckets();
+        // hashbrown rehashes in place when the table would be at most half full.
+        if len < full_capacity(buckets) / 2 {
+            return None;
+        }
+        Some(grown_buckets(buckets))
+    }
+
+    /// Ensures the next insert does not allocate more than the budget
+    /// allows: grows the table if the budget has room (or the table is below
+    /// the guaranteed minimum), otherwise drops expired states or evicts.
+    fn make_slot(&mut self, cx: Ctx<'_, A>, now: u64) {
+        for _ in 0..RELIEF_ROUNDS {
+            let Some(buckets) = self.growth_needed() else {
+                return;
+            };
+            let extra = table_bytes::<Entry<A::State>>(buckets).saturating_sub(self.table_bytes);
+            let granted = if buckets <= MIN_BUCKETS {
+                cx.budget.charge(extra);
+                true
+            } else {
+                cx.budget.try_reserve(extra)
+            };
+            if granted {
+                self.table_bytes += extra;
+                self.table.reserve(1, Entry::hash);
+                self.reconcile(cx.budget);
+                return;
+            }
+            if !self.relieve(cx, now, None) {
+                return;
+            }
+        }
+    }
+
+    /// Brings the accounted table bytes in line with the table's allocation.
+    pub(crate) fn reconcile(&mut self, budget: &Budget) {
+        let actual = table_bytes::<Entry<A::State>>(self.table.num_buckets());
+        if actual > self.table_bytes {
+            budget.charge(actual - self.table_bytes);
+        } else {
+            budget.release(self.table_bytes - actual);
+        }
+        self.table_bytes = actual;
+    }
+
+    /// Accounts the change of `fp`'s heap from `before`. When the growth does
+    /// not fit, other keys of this shard are dropped or evicted; when nothing
+    /// else is left, `fp` itself is forgotten (and starts fresh).
+    fn settle_heap(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, before: usize, now: u64) {
+        let after = self.get(fp).map_or(0, |state| cx.alg.heap_bytes(state));
+        if after <= before {
+            cx.budget.release(before - after);
+            return;
+        }
+        let extra = after - before;
+        for _ in 0..RELIEF_ROUNDS {
+            if cx.budget.try_reserve(extra) {
+                return;
+            }
+            if !self.relieve(cx, now, Some(fp)) {
+                break;
+            }
+        }
+        if let Ok(entry) = self.table.find_entry(fp.table_hash(), |e| e.fp == fp) {
+            entry.remove();
+        }
+        cx.budget.release(before);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+    use tollgate_core::algorithm::{FixedWindowState, GcraState, TokenBucketState};
+
+    #[test]
+    fn entries_are_a_fingerprint_and_a_state_and_nothing_else() {
+        assert_eq!(size_of::<Entry<GcraState>>(), 32);
+        assert_eq!(size_of::<Entry<TokenBucketState>>(), 40);
+        assert_eq!(size_of::<Entry<FixedWindowState>>(), 32);
+    }
+}

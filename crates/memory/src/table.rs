@@ -1,0 +1,265 @@
+//! A keyed table for one limit: the typed [`Table`], sharded behind
+//! cache-padded mutexes, and the object-safe [`ErasedTable`] through which a
+//! [`Limiter`](crate::Limiter) and the multi-limit operations reach it.
+//!
+//! Every operation locks exactly one shard, except [`ErasedTable::lock`],
+//! which hands the guard out so that `multi.rs` can hold several shards in a
+//! global order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, MutexGuard};
+use tollgate_core::algorithm::Slot;
+use tollgate_core::{Decision, Limit, LimitError, Reservation};
+
+use crate::budget::Budget;
+use crate::fingerprint::{Fingerprint, Seed};
+use crate::keyed::Keyed;
+use crate::shard::{Ctx, Shard};
+
+/// A limit's keyed table, whatever its algorithm.
+pub(crate) trait ErasedTable: Send + Sync {
+    /// The fingerprint of `key` under the store's seed.
+    fn fingerprint(&self, key: &[u8]) -> Fingerprint;
+    /// The shard holding `fp`.
+    fn shard_of(&self, fp: Fingerprint) -> usize;
+    /// Keys held, summed over shards (each locked in turn).
+    fn len(&self) -> usize;
+    /// Checks `cost` at `now`, counting it when admitted.
+    fn check(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError>;
+    /// The earliest instant `cost` would be admitted.
+    fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<u64, LimitError>;
+    /// Books the earliest slot unless it is more than `max_wait` away.
+    fn reserve(
+        &self,
+        fp: Fingerprint,
+        now: u64,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<Reservation, LimitError>;
+    /// Ends a concurrency lease.
+    fn release(&self, fp: Fingerprint, lease: u64) -> bool;
+    /// Forgets a key.
+    fn reset(&self, fp: Fingerprint) -> bool;
+    /// Records a request already made (`stepped_window` only).
+    fn record(&self, fp: Fingerprint, at: u64, cost: u64) -> Result<u64, LimitError>;
+    /// An error when `cost` can never be admitted.
+    fn validate_cost(&self, cost: u64) -> Result<(), LimitError>;
+    /// Whether the algorithm takes reservations.
+    fn takes_reservations(&self) -> bool;
+    /// Drops the states of shard `shard` that expired at `now`.
+    fn sweep_shard(&self, shard: usize, now: u64) -> usize;
+    /// Locks shard `shard` and hands out the guard.
+    fn lock(&self, shard: usize) -> Box<dyn LockedShard + '_>;
+}
+
+/// A locked shard, for evaluating and committing several limits together.
+pub(crate) trait LockedShard {
+    /// The decision for `cost` at `now` without changing anything.
+    fn evaluate(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError>;
+    /// Counts an admitted `cost` at `now`; the lease for concurrency.
+    fn commit(&mut self, fp: Fingerprint, now: u64, cost: u64) -> Option<u64>;
+    /// The earliest instant at or after `now` that `cost` fits.
+    fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> u64;
+    /// Where a reservation made at `now` would land.
+    fn slot(&self, fp: Fingerprint, now: u64, cost: u64) -> Option<Slot>;
+    /// Books `cost` at `slot`.
+    fn book(&mut self, fp: Fingerprint, now: u64, slot: Slot, cost: u64);
+    /// The state reported without counting anything.
+    fn peek(&self, fp: Fingerprint, now: u64) -> Decision;
+}
+
+/// The keyed table of one limit with algorithm `A`.
+pub(crate) struct Table<A: Keyed> {
+    alg: A,
+    limit: Limit,
+    seed: Seed,
+    budget: Arc<Budget>,
+    shards: Box<[CachePadded<Mutex<Shard<A>>>]>,
+}
+
+impl<A: Keyed> Table<A> {
+    /// An empty table of `shards` shards (a power of two). Its shard array
+    /// is charged to the budget.
+    pub(crate) fn new(
+        alg: A,
+        limit: Limit,
+        seed: Seed,
+        budget: Arc<Budget>,
+        shards: usize,
+    ) -> Self {
+        let shards: Box<[_]> = (0..shards.max(1)).map(|_| CachePadded::default()).collect();
+        budget.charge(std::mem::size_of_val(&*shards));
+        Table {
+            alg,
+            limit,
+            seed,
+            budget,
+            shards,
+        }
+    }
+
+    fn cx(&self) -> Ctx<'_, A> {
+        Ctx {
+            alg: &self.alg,
+            budget: &self.budget,
+        }
+    }
+
+    fn shard(&self, index: usize) -> MutexGuard<'_, Shard<A>> {
+        // Shard counts are powers of two; masking keeps any index in range.
+        self.shards[index & (self.shards.len() - 1)].lock()
+    }
+
+    fn shard_for(&self, fp: Fingerprint) -> MutexGuard<'_, Shard<A>> {
+        self.shard(self.shard_of(fp))
+    }
+}
+
+impl<A: Keyed> ErasedTable for Table<A> {
+    fn fingerprint(&self, key: &[u8]) -> Fingerprint {
+        self.seed.fingerprint(key)
+    }
+
+    fn shard_of(&self, fp: Fingerprint) -> usize {
+        fp.shard(self.shards.len() - 1)
+    }
+
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    fn check(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError> {
+        self.validate_cost(cost)?;
+        let alg = &self.alg;
+        let mut shard = self.shard_for(fp);
+        if cost == 0 {
+            return shard.read(alg, fp, |s| alg.try_evaluate(s, now, 0));
+        }
+        shard.update(self.cx(), fp, now, |s| {
+            let decision = alg.check(s, now, cost);
+            let changed = decision.as_ref().is_ok_and(|d| d.allowed);
+            (decision, changed)
+        })
+    }
+
+    fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<u64, LimitError> {
+        let alg = &self.alg;
+        self.shard_for(fp)
+            .read(alg, fp, |s| alg.earliest(s, now, cost))
+    }
+
+    fn reserve(
+        &self,
+        fp: Fingerprint,
+        now: u64,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<Reservation, LimitError> {
+        self.validate_cost(cost)?;
+        let alg = &self.alg;
+        self.shard_for(fp).update(self.cx(), fp, now, |s| {
+            let reservation = alg.reserve(s, now, cost, max_wait);
+            let changed = cost > 0 && reservation.as_ref().is_ok_and(|r| r.decision.allowed);
+            (reservation, changed)
+        })
+    }
+
+    fn release(&self, fp: Fingerprint, lease: u64) -> bool {
+        let alg = &self.alg;
+        let mut shard = self.shard_for(fp);
+        if shard.get(fp).is_none() {
+            return false;
+        }
+        // The clock is not known here; 0 drops nothing while settling heap.
+        shard.update(self.cx(), fp, 0, |s| (alg.release(s, lease), false))
+    }
+
+    fn reset(&self, fp: Fingerprint) -> bool {
+        self.shard_for(fp).remove(self.cx(), fp)
+    }
+
+    fn record(&self, fp: Fingerprint, at: u64, cost: u64) -> Result<u64, LimitError> {
+        let alg = &self.alg;
+        let period = self.limit.rate.period_nanos();
+        let unsupported = LimitError::Option {
+            option: "record",
+            algorithm: self.limit.algorithm,
+        };
+        if cost == 0 {
+            let mut probe = self.shard_for(fp).read(alg, fp, Clone::clone);
+            return alg
+                .record_and_count(&mut probe, at, 0, period)
+                .ok_or(unsupported);
+        }
+        self.shard_for(fp).update(self.cx(), fp, at, |s| {
+            let count = alg.record_and_count(s, at, cost, period);
+            let changed = count.is_some() && alg.expires_at(s) > 0;
+            (count.ok_or(unsupported), changed)
+        })
+    }
+
+    fn validate_cost(&self, cost: u64) -> Result<(), LimitError> {
+        self.alg.validate_cost(cost)
+    }
+
+    fn takes_reservations(&self) -> bool {
+        self.alg.slot(&self.alg.new_state(), 0, 0).is_some()
+    }
+
+    fn sweep_shard(&self, shard: usize, now: u64) -> usize {
+        self.shard(shard).sweep(self.cx(), now)
+    }
+
+    fn lock(&self, shard: usize) -> Box<dyn LockedShard + '_> {
+        Box::new(Locked {
+            table: self,
+            shard: self.shard(shard),
+        })
+    }
+}
+
+/// A shard of a [`Table`] held locked.
+struct Locked<'a, A: Keyed> {
+    table: &'a Table<A>,
+    shard: MutexGuard<'a, Shard<A>>,
+}
+
+impl<A: Keyed> LockedShard for Locked<'_, A> {
+    fn evaluate(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError> {
+        let alg = &self.table.alg;
+        self.shard.read(alg, fp, |s| alg.try_evaluate(s, now, cost))
+    }
+
+    fn commit(&mut self, fp: Fingerprint, now: u64, cost: u64) -> Option<u64> {
+        let alg = &self.table.alg;
+        self.shard.update(self.table.cx(), fp, now, |s| {
+            (alg.commit(s, now, cost), true)
+        })
+    }
+
+    fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> u64 {
+        let alg = &self.table.alg;
+        self.shard
+            .read(alg, fp, |s| alg.next_available(s, now, cost))
+    }
+
+    fn slot(&self, fp: Fingerprint, now: u64, cost: u64) -> Option<Slot> {
+        let alg = &self.table.alg;
+        self.shard.read(alg, fp, |s| alg.slot(s, now, cost))
+    }
+
+    fn book(&mut self, fp: Fingerprint, now: u64, slot: Slot, cost: u64) {
+        let alg = &self.table.alg;
+        self.shard.update(self.table.cx(), fp, now, |s| {
+            (alg.book(s, now, slot, cost), true)
+        });
+    }
+
+    fn peek(&self, fp: Fingerprint, now: u64) -> Decision {
+        let alg = &self.table.alg;
+        self.shard.read(alg, fp, |s| alg.peek(s, now))
+    }
+}
