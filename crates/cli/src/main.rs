@@ -1,1 +1,20 @@
-fn main() {}
+//! The `tollgate` binary.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tollgate_cli::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => tollgate_cli::simulate::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tollgate: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -154,3 +154,19 @@ fn stepped_window_10_per_4_seconds_step_1_second() {
     assert_eq!(alg.count(&state, 5 * SEC), 7);
     assert_eq!(alg.count(&state, 5 * SEC - 1), 10);
 }
+
+/// Recording nothing, even at a future instant, must not leave an empty step
+/// that makes the key look booked ahead.
+#[test]
+fn stepped_window_record_of_cost_zero_changes_nothing() {
+    let limit = SteppedWindow::new(
+        Rate::from_nanos(1, 160 * MS).unwrap(),
+        Some(Duration::from_millis(10)),
+    )
+    .unwrap();
+    let mut state = limit.new_state();
+    let fresh = state.clone();
+    limit.record(&mut state, 50 * MS, 0);
+    assert_eq!(state, fresh);
+    assert!(limit.check(&mut state, 0, 1).unwrap().allowed);
+}

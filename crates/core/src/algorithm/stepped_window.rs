@@ -153,8 +153,11 @@ impl SteppedWindow {
 
     /// Counts `cost` at `at`, whatever the limit says: the request was
     /// already made. Steps that can no longer touch any window are ignored;
-    /// out-of-order instants land in their own step.
+    /// out-of-order instants land in their own step. Cost 0 records nothing.
     pub fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let step = at / self.step;
         let newest = state.newest().map_or(step, |s| s.step.max(step));
         if step < self.oldest_touching(newest.saturating_mul(self.step)) {

@@ -1,0 +1,12 @@
+//! The `tollgate` command line: argument parsing and wiring only.
+//!
+//! # Layout
+//!
+//! - [`args`]: the clap definitions of every subcommand.
+//! - [`simulate`]: `tollgate simulate`, replaying a trace through one limit.
+//!
+//! Each subcommand's module turns parsed arguments into calls on the library
+//! crates and writes the results; none of them holds rate-limiting logic.
+
+pub mod args;
+pub mod simulate;
