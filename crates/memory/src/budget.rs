@@ -46,6 +46,9 @@ impl Budget {
 
     /// Gives back `bytes`.
     pub(crate) fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
         self.update(|used| used.saturating_sub(bytes));
     }
 

@@ -104,7 +104,11 @@ impl<A: Algorithm> Shard<A> {
         if let Some(state) = self.get_mut(fp) {
             let before = cx.alg.heap_bytes(state);
             let (result, _) = f(state);
-            self.settle_heap(cx, fp, before, now);
+            // Most states own no heap: skip the second lookup and the shared
+            // budget's atomic when nothing moved.
+            if cx.alg.heap_bytes(state) != before {
+                self.settle_heap(cx, fp, before, now);
+            }
             return result;
         }
         let mut state = cx.alg.new_state();

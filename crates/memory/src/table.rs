@@ -136,13 +136,18 @@ impl<A: Keyed> ErasedTable for Table<A> {
         let alg = &self.alg;
         let mut shard = self.shard_for(fp);
         if cost == 0 {
-            return shard.read(alg, fp, |s| alg.try_evaluate(s, now, 0));
+            return Ok(shard.read(alg, fp, |s| alg.peek(s, now)));
         }
-        shard.update(self.cx(), fp, now, |s| {
-            let decision = alg.check(s, now, cost);
-            let changed = decision.as_ref().is_ok_and(|d| d.allowed);
+        // The cost is validated: evaluate and commit directly, so the hot path
+        // moves one plain `Decision` rather than nested results.
+        Ok(shard.update(self.cx(), fp, now, |s| {
+            let mut decision = alg.evaluate(s, now, cost);
+            if decision.allowed {
+                decision.lease = alg.commit(s, now, cost);
+            }
+            let changed = decision.allowed;
             (decision, changed)
-        })
+        }))
     }
 
     fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<u64, LimitError> {

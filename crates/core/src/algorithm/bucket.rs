@@ -19,6 +19,7 @@ pub(crate) struct BucketMath {
 }
 
 impl BucketMath {
+    #[inline]
     pub(crate) fn new(rate: Rate, burst: u64) -> Self {
         BucketMath {
             n: rate.limit(),
@@ -28,27 +29,76 @@ impl BucketMath {
     }
 
     /// Units in `tokens` tokens.
+    #[inline]
     pub(crate) fn units(&self, tokens: u64) -> u128 {
         u128::from(tokens) * u128::from(self.p)
     }
 
     /// The capacity in units.
+    #[inline]
     pub(crate) fn capacity(&self) -> u128 {
         self.units(self.burst)
     }
 
     /// Units refilled (or drained) in `ns` nanoseconds.
+    #[inline]
     pub(crate) fn refill(&self, ns: u64) -> u128 {
         u128::from(ns) * u128::from(self.n)
     }
 
     /// Whole tokens in `units`.
+    #[inline]
     pub(crate) fn whole_tokens(&self, units: u128) -> u64 {
-        u64::try_from(units / u128::from(self.p)).unwrap_or(u64::MAX)
+        div_floor(units, self.p)
     }
 
     /// Nanoseconds needed to refill `units`, rounded up.
+    #[inline]
     pub(crate) fn nanos_for(&self, units: u128) -> u64 {
-        u64::try_from(units.div_ceil(u128::from(self.n))).unwrap_or(u64::MAX)
+        div_ceil(units, self.n)
+    }
+}
+
+/// `a / b` rounded down, saturating at `u64::MAX`.
+///
+/// A 128-bit division costs several times a 64-bit one, and on the hot path
+/// the dividend almost always fits in 64 bits.
+#[inline]
+pub(crate) fn div_floor(a: u128, b: u64) -> u64 {
+    match u64::try_from(a) {
+        Ok(a) => a / b,
+        Err(_) => u64::try_from(a / u128::from(b)).unwrap_or(u64::MAX),
+    }
+}
+
+/// `a / b` rounded up, saturating at `u64::MAX`.
+#[inline]
+pub(crate) fn div_ceil(a: u128, b: u64) -> u64 {
+    match u64::try_from(a) {
+        Ok(a) => a.div_ceil(b),
+        Err(_) => u64::try_from(a.div_ceil(u128::from(b))).unwrap_or(u64::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divisions_agree_with_128_bit_arithmetic_on_both_paths() {
+        let big = u128::from(u64::MAX) * 3 + 7;
+        for (a, b) in [
+            (0u128, 1u64),
+            (10, 3),
+            (9, 3),
+            (u128::from(u64::MAX), 2),
+            (big, 5),
+            (big, 1),
+        ] {
+            let floor = u64::try_from(a / u128::from(b)).unwrap_or(u64::MAX);
+            let ceil = u64::try_from(a.div_ceil(u128::from(b))).unwrap_or(u64::MAX);
+            assert_eq!(div_floor(a, b), floor, "{a} / {b}");
+            assert_eq!(div_ceil(a, b), ceil, "{a} / {b}");
+        }
     }
 }

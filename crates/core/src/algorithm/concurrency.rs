@@ -4,7 +4,14 @@
 //!
 //! Not time-based: there is no slot to reserve, and `retry_after` is the time
 //! until enough leases expire if nobody releases one.
+//!
+//! Leases are kept in the order they were granted, which is also the order of
+//! their ids and of their expiries (a lease never starts before the one
+//! granted before it), with a running total of what they hold. Counting what
+//! is in flight only looks at the expired leases at the front, and a release
+//! finds its lease by binary search.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{until, Algorithm, Slot};
@@ -25,20 +32,46 @@ struct Lease {
     cost: u64,
 }
 
-/// The leases held, and the next id to hand out.
+/// The leases held, in the order granted, and what they hold in total.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConcurrencyState {
-    leases: Vec<Lease>,
+    leases: VecDeque<Lease>,
+    /// Sum of the costs of `leases`, expired or not.
+    held: u64,
     next_id: u64,
 }
 
 impl ConcurrencyState {
+    /// The leases at the front that have expired by `now`, and what they hold.
+    fn expired(&self, now: u64) -> (usize, u64) {
+        let mut count = 0;
+        let mut cost = 0;
+        for lease in &self.leases {
+            if lease.expires > now {
+                break;
+            }
+            count += 1;
+            cost += lease.cost;
+        }
+        (count, cost)
+    }
+
     fn in_flight(&self, now: u64) -> u64 {
-        self.leases
-            .iter()
-            .filter(|l| l.expires > now)
-            .map(|l| l.cost)
-            .sum()
+        self.held - self.expired(now).1
+    }
+
+    fn drop_expired(&mut self, now: u64) {
+        while let Some(front) = self.leases.front() {
+            if front.expires > now {
+                break;
+            }
+            self.held -= front.cost;
+            self.leases.pop_front();
+        }
+    }
+
+    fn last_expiry(&self) -> u64 {
+        self.leases.back().map_or(0, |l| l.expires)
     }
 }
 
@@ -58,13 +91,11 @@ impl Concurrency {
 
     /// The first instant at which enough leases have expired for `cost`.
     fn frees_at(&self, state: &ConcurrencyState, now: u64, cost: u64) -> u64 {
-        let mut live: Vec<&Lease> = state.leases.iter().filter(|l| l.expires > now).collect();
-        live.sort_unstable_by_key(|l| l.expires);
-        let mut held: u64 = live.iter().map(|l| l.cost).sum();
+        let mut held = state.in_flight(now);
         if held + cost <= self.n {
             return now;
         }
-        for lease in live {
+        for lease in state.leases.iter().filter(|l| l.expires > now) {
             held -= lease.cost;
             if held + cost <= self.n {
                 return lease.expires;
@@ -77,22 +108,25 @@ impl Concurrency {
 impl Algorithm for Concurrency {
     type State = ConcurrencyState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn new_state(&self) -> ConcurrencyState {
         ConcurrencyState::default()
     }
 
+    #[inline]
     fn evaluate(&self, state: &ConcurrencyState, now: u64, cost: u64) -> Decision {
         let held = state.in_flight(now);
         let allowed = held + cost <= self.n;
-        let last_expiry = state.leases.iter().map(|l| l.expires).max().unwrap_or(0);
         let mut decision = Decision {
             allowed,
             limit: self.n,
@@ -100,27 +134,30 @@ impl Algorithm for Concurrency {
         };
         if allowed {
             decision.remaining = self.n - held - cost;
-            let expiry = if cost > 0 { now + self.ttl } else { 0 };
-            decision.reset_after = until(now, last_expiry.max(expiry));
+            let expiry = if cost > 0 {
+                self.lease_expiry(state, now)
+            } else {
+                0
+            };
+            decision.reset_after = until(now, state.last_expiry().max(expiry));
         } else {
             decision.remaining = self.n.saturating_sub(held);
             decision.retry_after = until(now, self.frees_at(state, now, cost));
-            decision.reset_after = until(now, last_expiry);
+            decision.reset_after = until(now, state.last_expiry());
         }
         decision
     }
 
+    #[inline]
     fn commit(&self, state: &mut ConcurrencyState, now: u64, cost: u64) -> Option<u64> {
-        state.leases.retain(|l| l.expires > now);
+        state.drop_expired(now);
+        let expires = self.lease_expiry(state, now);
         // Ids grow with time, so an id is never handed out twice even after
         // the state was forgotten and rebuilt.
         let id = state.next_id.max(now);
         state.next_id = id + 1;
-        state.leases.push(Lease {
-            id,
-            expires: now.saturating_add(self.ttl),
-            cost,
-        });
+        state.held += cost;
+        state.leases.push_back(Lease { id, expires, cost });
         Some(id)
     }
 
@@ -135,7 +172,7 @@ impl Algorithm for Concurrency {
     fn book(&self, _state: &mut ConcurrencyState, _now: u64, _slot: Slot, _cost: u64) {}
 
     fn expires_at(&self, state: &ConcurrencyState) -> u64 {
-        state.leases.iter().map(|l| l.expires).max().unwrap_or(0)
+        state.last_expiry()
     }
 
     fn heap_bytes(&self, state: &ConcurrencyState) -> usize {
@@ -143,8 +180,21 @@ impl Algorithm for Concurrency {
     }
 
     fn release(&self, state: &mut ConcurrencyState, lease: u64) -> bool {
-        let before = state.leases.len();
-        state.leases.retain(|l| l.id != lease);
-        state.leases.len() != before
+        let Ok(index) = state.leases.binary_search_by_key(&lease, |l| l.id) else {
+            return false;
+        };
+        if let Some(released) = state.leases.remove(index) {
+            state.held -= released.cost;
+        }
+        true
+    }
+}
+
+impl Concurrency {
+    /// When a lease granted at `now` expires: `lease_ttl` later, but never
+    /// before the lease granted last (a clock that stepped back must not
+    /// reorder leases).
+    fn lease_expiry(&self, state: &ConcurrencyState, now: u64) -> u64 {
+        now.saturating_add(self.ttl).max(state.last_expiry())
     }
 }

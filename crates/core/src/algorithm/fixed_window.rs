@@ -52,18 +52,22 @@ impl FixedWindow {
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn new_state(&self) -> FixedWindowState {
         FixedWindowState::default()
     }
 
+    #[inline(always)]
     fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u64) -> Decision {
         let window = now / self.p;
         let mut decision = Decision {
@@ -94,6 +98,7 @@ impl Algorithm for FixedWindow {
         decision
     }
 
+    #[inline(always)]
     fn commit(&self, state: &mut FixedWindowState, now: u64, cost: u64) -> Option<u64> {
         let window = now / self.p;
         state.count = self.count_in(state, window) + cost;

@@ -48,18 +48,22 @@ impl Gcra {
 impl Algorithm for Gcra {
     type State = GcraState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.math.burst
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.math.burst
     }
 
+    #[inline]
     fn new_state(&self) -> GcraState {
         GcraState::default()
     }
 
+    #[inline(always)]
     fn evaluate(&self, state: &GcraState, now: u64, cost: u64) -> Decision {
         let m = &self.math;
         let tn = self.scaled(now);
@@ -86,6 +90,7 @@ impl Algorithm for Gcra {
         }
     }
 
+    #[inline(always)]
     fn commit(&self, state: &mut GcraState, now: u64, cost: u64) -> Option<u64> {
         state.tat = state.tat.max(self.scaled(now)) + self.math.units(cost);
         None

@@ -64,18 +64,22 @@ impl LeakyBucket {
 impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.math.burst
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.math.burst
     }
 
+    #[inline]
     fn new_state(&self) -> LeakyBucketState {
         LeakyBucketState::default()
     }
 
+    #[inline(always)]
     fn evaluate(&self, state: &LeakyBucketState, now: u64, cost: u64) -> Decision {
         let m = &self.math;
         let queue = self.level(state, now);
@@ -104,6 +108,7 @@ impl Algorithm for LeakyBucket {
         }
     }
 
+    #[inline(always)]
     fn commit(&self, state: &mut LeakyBucketState, now: u64, cost: u64) -> Option<u64> {
         state.queue = self.level(state, now) + self.math.units(cost);
         state.last = now;

@@ -100,6 +100,7 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Checks `cost` at `now` and counts it when admitted.
     ///
     /// `cost` 0 is a peek: always allowed, nothing changes.
+    #[inline]
     fn check(&self, state: &mut Self::State, now: u64, cost: u64) -> Result<Decision, LimitError> {
         let mut decision = self.try_evaluate(state, now, cost)?;
         if cost > 0 && decision.allowed {
@@ -110,6 +111,7 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// [`evaluate`](Self::evaluate) with the cost validated and the peek
     /// rule applied: `cost` 0 is always allowed.
+    #[inline]
     fn try_evaluate(
         &self,
         state: &Self::State,
@@ -136,6 +138,7 @@ pub trait Algorithm: Send + Sync + 'static {
     }
 
     /// An error when `cost` can never be admitted.
+    #[inline]
     fn validate_cost(&self, cost: u64) -> Result<(), LimitError> {
         if cost > self.capacity() {
             return Err(LimitError::CostTooLarge {

@@ -48,8 +48,7 @@ impl SlidingWindowCounter {
     }
 
     fn weighted(&self, prev: u64, elapsed: u64) -> u64 {
-        let w = u128::from(prev) * u128::from(self.p - elapsed) / u128::from(self.p);
-        u64::try_from(w).unwrap_or(u64::MAX)
+        super::bucket::div_floor(u128::from(prev) * u128::from(self.p - elapsed), self.p)
     }
 
     /// The first elapsed time (ns into the window) from which
@@ -104,18 +103,22 @@ impl SlidingWindowCounter {
 impl Algorithm for SlidingWindowCounter {
     type State = SlidingWindowCounterState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn new_state(&self) -> SlidingWindowCounterState {
         SlidingWindowCounterState::default()
     }
 
+    #[inline(always)]
     fn evaluate(&self, state: &SlidingWindowCounterState, now: u64, cost: u64) -> Decision {
         let mut decision = Decision {
             limit: self.n,
@@ -141,6 +144,7 @@ impl Algorithm for SlidingWindowCounter {
         decision
     }
 
+    #[inline(always)]
     fn commit(&self, state: &mut SlidingWindowCounterState, now: u64, cost: u64) -> Option<u64> {
         let window = now / self.p;
         let (prev, curr) = self.counts(state, window);

@@ -108,18 +108,22 @@ impl SlidingWindowLog {
 impl Algorithm for SlidingWindowLog {
     type State = SlidingWindowLogState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn new_state(&self) -> SlidingWindowLogState {
         SlidingWindowLogState::default()
     }
 
+    #[inline]
     fn evaluate(&self, state: &SlidingWindowLogState, now: u64, cost: u64) -> Decision {
         let mut decision = Decision {
             limit: self.n,
@@ -149,6 +153,7 @@ impl Algorithm for SlidingWindowLog {
         decision
     }
 
+    #[inline]
     fn commit(&self, state: &mut SlidingWindowLogState, now: u64, cost: u64) -> Option<u64> {
         state.forget_before(now, self.p);
         state.log(now, cost);

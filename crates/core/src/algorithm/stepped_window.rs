@@ -17,6 +17,9 @@ use crate::limit::LimitError;
 use crate::rate::Rate;
 use crate::time::NANOS_PER_MS;
 
+/// Steps looked at one by one before a binary search.
+const FRONT_SCAN: usize = 8;
+
 /// At most `N` in the steps touching any window of `P`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SteppedWindow {
@@ -111,7 +114,13 @@ impl SteppedWindow {
 
     fn first_touching(&self, state: &SteppedWindowState, t: u64) -> usize {
         let oldest = self.oldest_touching(t);
-        state.steps.partition_point(|s| s.step < oldest)
+        let left = |s: &StepCount| s.step < oldest;
+        // Commits drop the steps that have left, so usually at most a few at
+        // the front are outside: look there before searching.
+        match state.steps.iter().take(FRONT_SCAN).position(|s| !left(s)) {
+            Some(index) => index,
+            None => state.steps.partition_point(left),
+        }
     }
 
     /// The requests counted at `t` (steps after `t`'s are not yet reached).
@@ -186,18 +195,22 @@ impl SteppedWindow {
 impl Algorithm for SteppedWindow {
     type State = SteppedWindowState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.n
     }
 
+    #[inline]
     fn new_state(&self) -> SteppedWindowState {
         SteppedWindowState::default()
     }
 
+    #[inline]
     fn evaluate(&self, state: &SteppedWindowState, now: u64, cost: u64) -> Decision {
         let mut decision = Decision {
             limit: self.n,
@@ -227,6 +240,7 @@ impl Algorithm for SteppedWindow {
         decision
     }
 
+    #[inline]
     fn commit(&self, state: &mut SteppedWindowState, now: u64, cost: u64) -> Option<u64> {
         self.record(state, now, cost);
         None

@@ -73,14 +73,17 @@ fn to_unsigned(units: i128) -> u128 {
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 
+    #[inline]
     fn limit(&self) -> u64 {
         self.math.burst
     }
 
+    #[inline]
     fn capacity(&self) -> u64 {
         self.math.burst
     }
 
+    #[inline]
     fn new_state(&self) -> TokenBucketState {
         TokenBucketState {
             tokens: to_signed(self.math.capacity()),
@@ -88,6 +91,7 @@ impl Algorithm for TokenBucket {
         }
     }
 
+    #[inline(always)]
     fn evaluate(&self, state: &TokenBucketState, now: u64, cost: u64) -> Decision {
         let m = &self.math;
         let (tokens, at) = self.refilled(state, now);
@@ -117,6 +121,7 @@ impl Algorithm for TokenBucket {
         }
     }
 
+    #[inline(always)]
     fn commit(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Option<u64> {
         let (tokens, at) = self.refilled(state, now);
         state.tokens = tokens - to_signed(self.math.units(cost));
