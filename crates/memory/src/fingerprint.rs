@@ -37,6 +37,7 @@ impl Seed {
     }
 
     /// The fingerprint of `key` under this seed.
+    #[inline]
     pub(crate) fn fingerprint(&self, key: &[u8]) -> Fingerprint {
         let mut hasher = SipHasher13::new_with_keys(self.k0, self.k1);
         hasher.write(key);

@@ -83,7 +83,7 @@ impl Limiter {
     ///
     /// Errors when `cost` exceeds what the limit can ever admit.
     pub fn check(&self, key: &[u8], now: u64, cost: u64) -> Result<Decision, LimitError> {
-        self.table.check(self.table.fingerprint(key), now, cost)
+        self.table.check_key(key, now, cost)
     }
 
     /// The earliest instant at or after `now` at which `cost` would be

@@ -29,6 +29,9 @@ pub(crate) trait ErasedTable: Send + Sync {
     fn len(&self) -> usize;
     /// Checks `cost` at `now`, counting it when admitted.
     fn check(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError>;
+    /// [`check`](Self::check) of a key not yet fingerprinted: one dynamic
+    /// call for the whole hot path.
+    fn check_key(&self, key: &[u8], now: u64, cost: u64) -> Result<Decision, LimitError>;
     /// The earliest instant `cost` would be admitted.
     fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<u64, LimitError>;
     /// Books the earliest slot unless it is more than `max_wait` away.
@@ -131,6 +134,7 @@ impl<A: Keyed> ErasedTable for Table<A> {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
+    #[inline]
     fn check(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError> {
         self.validate_cost(cost)?;
         let alg = &self.alg;
@@ -148,6 +152,10 @@ impl<A: Keyed> ErasedTable for Table<A> {
             let changed = decision.allowed;
             (decision, changed)
         }))
+    }
+
+    fn check_key(&self, key: &[u8], now: u64, cost: u64) -> Result<Decision, LimitError> {
+        self.check(self.seed.fingerprint(key), now, cost)
     }
 
     fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<u64, LimitError> {
