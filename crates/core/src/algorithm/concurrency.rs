@@ -9,11 +9,12 @@
 //! their ids and of their expiries (a lease never starts before the one
 //! granted before it), with a running total of what they hold. Counting what
 //! is in flight only looks at the expired leases at the front, and a release
-//! finds its lease by binary search.
+//! finds its lease by binary search. The first two leases live inside the
+//! state; only more move to the heap.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::small_deque::SmallDeque;
 use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;
@@ -25,7 +26,11 @@ pub struct Concurrency {
     ttl: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Leases kept inside the state before they move to the heap: most keys hold
+/// one or two at a time.
+const INLINE: usize = 2;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Lease {
     id: u64,
     expires: u64,
@@ -35,7 +40,7 @@ struct Lease {
 /// The leases held, in the order granted, and what they hold in total.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConcurrencyState {
-    leases: VecDeque<Lease>,
+    leases: SmallDeque<Lease, INLINE>,
     /// Sum of the costs of `leases`, expired or not.
     held: u64,
     next_id: u64,
@@ -46,7 +51,7 @@ impl ConcurrencyState {
     fn expired(&self, now: u64) -> (usize, u64) {
         let mut count = 0;
         let mut cost = 0;
-        for lease in &self.leases {
+        for lease in self.leases.iter() {
             if lease.expires > now {
                 break;
             }
@@ -176,7 +181,7 @@ impl Algorithm for Concurrency {
     }
 
     fn heap_bytes(&self, state: &ConcurrencyState) -> usize {
-        state.leases.capacity() * std::mem::size_of::<Lease>()
+        state.leases.heap_bytes()
     }
 
     fn release(&self, state: &mut ConcurrencyState, lease: u64) -> bool {

@@ -18,6 +18,7 @@ mod gcra;
 mod leaky_bucket;
 mod sliding_counter;
 mod sliding_log;
+mod small_deque;
 mod stepped_window;
 mod token_bucket;
 

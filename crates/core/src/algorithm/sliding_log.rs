@@ -6,11 +6,12 @@
 //! a window and finding when enough entries leave it are binary searches.
 //! Entries are kept in time order; a reservation is logged at its slot, and
 //! until the newest entry's instant plain checks are rejected (they do not
-//! jump the queue of booked requests).
+//! jump the queue of booked requests). The first two entries live inside the
+//! state; only a longer log moves to the heap.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::small_deque::SmallDeque;
 use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::rate::Rate;
@@ -22,9 +23,13 @@ pub struct SlidingWindowLog {
     p: u64,
 }
 
+/// Entries kept inside the state before the log moves to the heap: a key
+/// checked at a steady pace usually holds one or two.
+const INLINE: usize = 2;
+
 /// One logged request: its instant and the running total of costs up to and
 /// including it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Entry {
     at: u64,
     total: u64,
@@ -33,7 +38,7 @@ struct Entry {
 /// The logged requests still inside the window, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlidingWindowLogState {
-    entries: VecDeque<Entry>,
+    entries: SmallDeque<Entry, INLINE>,
     /// The running total before the oldest entry.
     dropped_total: u64,
 }
@@ -183,6 +188,6 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn heap_bytes(&self, state: &SlidingWindowLogState) -> usize {
-        state.entries.capacity() * std::mem::size_of::<Entry>()
+        state.entries.heap_bytes()
     }
 }

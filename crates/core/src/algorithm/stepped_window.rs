@@ -7,10 +7,12 @@
 //! sliding window would. The default step comes from the Databox paper's
 //! table ([`default_step`]). [`SteppedWindow::record`] counts a request that
 //! was already made (Databox `/increment`) even when it is over the limit.
+//! The first two non-empty steps live inside the state; only more move to the
+//! heap.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::small_deque::SmallDeque;
 use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;
@@ -28,8 +30,12 @@ pub struct SteppedWindow {
     step: u64,
 }
 
+/// Steps kept inside the state before they move to the heap: a key checked
+/// at a steady pace usually has one or two non-empty steps in its window.
+const INLINE: usize = 2;
+
 /// One step's count, with the running total of counts up to and including it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct StepCount {
     step: u64,
     total: u64,
@@ -38,7 +44,7 @@ struct StepCount {
 /// The non-empty steps that may still touch a window, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SteppedWindowState {
-    steps: VecDeque<StepCount>,
+    steps: SmallDeque<StepCount, INLINE>,
     dropped_total: u64,
 }
 
@@ -181,7 +187,7 @@ impl SteppedWindow {
                 state.steps.insert(index, StepCount { step, total });
             }
         }
-        for s in state.steps.range_mut(index..) {
+        for s in state.steps.iter_mut_from(index) {
             s.total += cost;
         }
     }
@@ -271,6 +277,6 @@ impl Algorithm for SteppedWindow {
     }
 
     fn heap_bytes(&self, state: &SteppedWindowState) -> usize {
-        state.steps.capacity() * std::mem::size_of::<StepCount>()
+        state.steps.heap_bytes()
     }
 }
