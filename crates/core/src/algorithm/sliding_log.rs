@@ -81,6 +81,14 @@ impl SlidingWindowLogState {
 
     fn log(&mut self, at: u64, cost: u64) {
         let total = self.total() + cost;
+        // Requests logged at the same instant are indistinguishable: one
+        // entry holds them all.
+        let last = self.entries.len().checked_sub(1);
+        let newest = last.and_then(|i| self.entries.iter_mut_from(i).next());
+        if let Some(newest) = newest.filter(|e| e.at == at) {
+            newest.total = total;
+            return;
+        }
         self.entries.push_back(Entry { at, total });
     }
 }
@@ -189,5 +197,22 @@ impl Algorithm for SlidingWindowLog {
 
     fn heap_bytes(&self, state: &SlidingWindowLogState) -> usize {
         state.entries.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_at_one_instant_share_one_entry() {
+        let log = SlidingWindowLog::new(Rate::per_second(100).unwrap());
+        let mut state = log.new_state();
+        for _ in 0..50 {
+            assert!(log.check(&mut state, 7, 1).unwrap().allowed);
+        }
+        assert!(log.check(&mut state, 8, 1).unwrap().allowed);
+        assert_eq!(state.entries.len(), 2);
+        assert_eq!(log.check(&mut state, 9, 0).unwrap().remaining, 49);
     }
 }

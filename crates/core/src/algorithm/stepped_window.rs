@@ -28,6 +28,10 @@ pub struct SteppedWindow {
     n: u64,
     p: u64,
     step: u64,
+    /// `P = whole_steps × step + extra`: kept so that finding the oldest step
+    /// touching a window takes one division, not two.
+    whole_steps: u64,
+    extra: u64,
 }
 
 /// Steps kept inside the state before they move to the heap: a key checked
@@ -101,10 +105,13 @@ impl SteppedWindow {
         if step_ns < NANOS_PER_MS || step_ns > rate.period_nanos() {
             return Err(LimitError::Step { step });
         }
+        let p = rate.period_nanos();
         Ok(SteppedWindow {
             n: rate.limit(),
-            p: rate.period_nanos(),
+            p,
             step: step_ns,
+            whole_steps: p / step_ns,
+            extra: p % step_ns,
         })
     }
 
@@ -115,7 +122,19 @@ impl SteppedWindow {
 
     /// The oldest step that touches `(t − P, t]`.
     fn oldest_touching(&self, t: u64) -> u64 {
-        t.saturating_sub(self.p) / self.step
+        if t < self.p {
+            return 0;
+        }
+        // floor((t − P) / k) with t = a·k + b and P = q·k + r is
+        // a − q − [b < r]: one division instead of a subtraction and one.
+        let (a, b) = (t / self.step, t % self.step);
+        a - self.whole_steps - u64::from(b < self.extra)
+    }
+
+    /// [`oldest_touching`](Self::oldest_touching) for the start of `step`,
+    /// without dividing.
+    fn oldest_touching_step(&self, step: u64) -> u64 {
+        step.saturating_sub(self.whole_steps + u64::from(self.extra > 0))
     }
 
     fn first_touching(&self, state: &SteppedWindowState, t: u64) -> usize {
@@ -152,11 +171,15 @@ impl SteppedWindow {
     }
 
     fn pending(&self, state: &SteppedWindowState, now: u64) -> bool {
-        state.newest().is_some_and(|s| now / self.step < s.step)
+        state
+            .newest()
+            .is_some_and(|s| now < s.step.saturating_mul(self.step))
     }
 
-    fn forget_before(&self, state: &mut SteppedWindowState, t: u64) {
-        let oldest = self.oldest_touching(t);
+    /// Drops the steps that no window ending at or after the start of
+    /// `newest` can touch.
+    fn forget_before(&self, state: &mut SteppedWindowState, newest: u64) {
+        let oldest = self.oldest_touching_step(newest);
         while let Some(front) = state.steps.front() {
             if front.step >= oldest {
                 break;
@@ -175,10 +198,10 @@ impl SteppedWindow {
         }
         let step = at / self.step;
         let newest = state.newest().map_or(step, |s| s.step.max(step));
-        if step < self.oldest_touching(newest.saturating_mul(self.step)) {
+        if step < self.oldest_touching_step(newest) {
             return;
         }
-        self.forget_before(state, newest.saturating_mul(self.step));
+        self.forget_before(state, newest);
         let index = state.steps.partition_point(|s| s.step < step);
         match state.steps.get(index) {
             Some(s) if s.step == step => {}
@@ -278,5 +301,35 @@ impl Algorithm for SteppedWindow {
 
     fn heap_bytes(&self, state: &SteppedWindowState) -> usize {
         state.steps.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oldest_touching_matches_its_definition() {
+        for (p, k) in [(4_000, 1_000), (4_500, 1_000), (1_000, 1_000), (7_001, 3)] {
+            let rate = Rate::from_nanos(5, p * NANOS_PER_MS).unwrap();
+            let w = SteppedWindow::new(rate, Some(Duration::from_millis(k))).unwrap();
+            let (p, k) = (p * NANOS_PER_MS, k * NANOS_PER_MS);
+            for t in (0..30 * k)
+                .step_by(usize::try_from(k / 7 + 1).unwrap())
+                .chain([p - 1, p, p + 1])
+            {
+                assert_eq!(
+                    w.oldest_touching(t),
+                    t.saturating_sub(p) / k,
+                    "t={t} p={p} k={k}"
+                );
+            }
+            for step in 0..40 {
+                assert_eq!(
+                    w.oldest_touching_step(step),
+                    (step * k).saturating_sub(p) / k
+                );
+            }
+        }
     }
 }
