@@ -16,6 +16,7 @@ mod concurrency;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
+mod running_totals;
 mod sliding_counter;
 mod sliding_log;
 mod small_deque;

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::small_deque::SmallDeque;
+use super::running_totals::RunningTotals;
 use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::rate::Rate;
@@ -23,77 +23,23 @@ pub struct SlidingWindowLog {
     p: u64,
 }
 
-/// Entries kept inside the state before the log moves to the heap: a key
-/// checked at a steady pace usually holds one or two.
-const INLINE: usize = 2;
-
-/// One logged request: its instant and the running total of costs up to and
-/// including it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Entry {
-    at: u64,
-    total: u64,
-}
-
-/// The logged requests still inside the window, oldest first.
+/// The logged requests still inside the window, oldest first: one mark per
+/// instant, with the running total of costs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlidingWindowLogState {
-    entries: SmallDeque<Entry, INLINE>,
-    /// The running total before the oldest entry.
-    dropped_total: u64,
-}
-
-impl SlidingWindowLogState {
-    fn newest(&self) -> Option<Entry> {
-        self.entries.back().copied()
-    }
-
-    fn total(&self) -> u64 {
-        self.newest().map_or(self.dropped_total, |e| e.total)
-    }
-
-    fn total_before(&self, index: usize) -> u64 {
-        match index.checked_sub(1) {
-            Some(i) => self.entries[i].total,
-            None => self.dropped_total,
-        }
-    }
-
-    /// Index of the first entry still inside `(t − P, t]`.
-    fn first_inside(&self, t: u64, p: u64) -> usize {
-        self.entries
-            .partition_point(|e| e.at.saturating_add(p) <= t)
-    }
-
-    fn count_inside(&self, t: u64, p: u64) -> u64 {
-        self.total() - self.total_before(self.first_inside(t, p))
-    }
-
-    fn forget_before(&mut self, t: u64, p: u64) {
-        while let Some(front) = self.entries.front() {
-            if front.at.saturating_add(p) > t {
-                break;
-            }
-            self.dropped_total = front.total;
-            self.entries.pop_front();
-        }
-    }
-
-    fn log(&mut self, at: u64, cost: u64) {
-        let total = self.total() + cost;
-        // Requests logged at the same instant are indistinguishable: one
-        // entry holds them all.
-        let last = self.entries.len().checked_sub(1);
-        let newest = last.and_then(|i| self.entries.iter_mut_from(i).next());
-        if let Some(newest) = newest.filter(|e| e.at == at) {
-            newest.total = total;
-            return;
-        }
-        self.entries.push_back(Entry { at, total });
-    }
+    log: RunningTotals,
 }
 
 impl SlidingWindowLog {
+    /// The oldest instant inside `(t − P, t]`.
+    fn window_start(&self, t: u64) -> u64 {
+        t.checked_sub(self.p).map_or(0, |start| start + 1)
+    }
+
+    fn count_inside(&self, state: &SlidingWindowLogState, t: u64) -> u64 {
+        state.log.count_from(self.window_start(t))
+    }
+
     /// At most `rate.limit()` in any span of `rate.period()`.
     pub fn new(rate: Rate) -> Self {
         SlidingWindowLog {
@@ -105,16 +51,15 @@ impl SlidingWindowLog {
     /// The instant enough entries have left the window for `cost` to fit,
     /// given that it does not fit now.
     fn leave_time(&self, state: &SlidingWindowLogState, cost: u64) -> u64 {
-        let target = (state.total() + cost).saturating_sub(self.n);
-        let index = state.entries.partition_point(|e| e.total < target);
+        let target = (state.log.total() + cost).saturating_sub(self.n);
         state
-            .entries
-            .get(index)
+            .log
+            .first_reaching(target)
             .map_or(0, |e| e.at.saturating_add(self.p))
     }
 
     fn pending(&self, state: &SlidingWindowLogState, now: u64) -> bool {
-        state.newest().is_some_and(|e| now < e.at)
+        state.log.newest().is_some_and(|e| now < e.at)
     }
 }
 
@@ -147,7 +92,7 @@ impl Algorithm for SlidingWindowLog {
             decision.reset_after = until(now, self.expires_at(state));
             return decision;
         }
-        let count = state.count_inside(now, self.p);
+        let count = self.count_inside(state, now);
         decision.allowed = count + cost <= self.n;
         if decision.allowed {
             decision.remaining = self.n - count - cost;
@@ -168,14 +113,15 @@ impl Algorithm for SlidingWindowLog {
 
     #[inline]
     fn commit(&self, state: &mut SlidingWindowLogState, now: u64, cost: u64) -> Option<u64> {
-        state.forget_before(now, self.p);
-        state.log(now, cost);
+        state.log.drop_before(self.window_start(now));
+        // Requests at the same instant are indistinguishable: they share a mark.
+        state.log.add(now, cost);
         None
     }
 
     fn next_available(&self, state: &SlidingWindowLogState, now: u64, cost: u64) -> u64 {
-        let from = state.newest().map_or(now, |e| now.max(e.at));
-        if state.count_inside(from, self.p) + cost <= self.n {
+        let from = state.log.newest().map_or(now, |e| now.max(e.at));
+        if self.count_inside(state, from) + cost <= self.n {
             from
         } else {
             self.leave_time(state, cost)
@@ -192,11 +138,14 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn expires_at(&self, state: &SlidingWindowLogState) -> u64 {
-        state.newest().map_or(0, |e| e.at.saturating_add(self.p))
+        state
+            .log
+            .newest()
+            .map_or(0, |e| e.at.saturating_add(self.p))
     }
 
     fn heap_bytes(&self, state: &SlidingWindowLogState) -> usize {
-        state.entries.heap_bytes()
+        state.log.heap_bytes()
     }
 }
 
@@ -212,7 +161,7 @@ mod tests {
             assert!(log.check(&mut state, 7, 1).unwrap().allowed);
         }
         assert!(log.check(&mut state, 8, 1).unwrap().allowed);
-        assert_eq!(state.entries.len(), 2);
+        assert_eq!(state.log.len(), 2);
         assert_eq!(log.check(&mut state, 9, 0).unwrap().remaining, 49);
     }
 }

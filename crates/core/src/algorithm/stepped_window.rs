@@ -12,15 +12,12 @@
 
 use std::time::Duration;
 
-use super::small_deque::SmallDeque;
+use super::running_totals::RunningTotals;
 use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;
 use crate::rate::Rate;
 use crate::time::NANOS_PER_MS;
-
-/// Steps looked at one by one before a binary search.
-const FRONT_SCAN: usize = 8;
 
 /// At most `N` in the steps touching any window of `P`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,22 +31,11 @@ pub struct SteppedWindow {
     extra: u64,
 }
 
-/// Steps kept inside the state before they move to the heap: a key checked
-/// at a steady pace usually has one or two non-empty steps in its window.
-const INLINE: usize = 2;
-
-/// One step's count, with the running total of counts up to and including it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct StepCount {
-    step: u64,
-    total: u64,
-}
-
-/// The non-empty steps that may still touch a window, oldest first.
+/// The non-empty steps that may still touch a window, oldest first: one mark
+/// per step index, with the running total of counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SteppedWindowState {
-    steps: SmallDeque<StepCount, INLINE>,
-    dropped_total: u64,
+    steps: RunningTotals,
 }
 
 /// The step the Databox paper uses for a window of `period`.
@@ -75,23 +61,6 @@ pub fn default_step(period: Duration) -> Duration {
         secs(60)
     } else {
         secs(3_600)
-    }
-}
-
-impl SteppedWindowState {
-    fn newest(&self) -> Option<StepCount> {
-        self.steps.back().copied()
-    }
-
-    fn total(&self) -> u64 {
-        self.newest().map_or(self.dropped_total, |s| s.total)
-    }
-
-    fn total_before(&self, index: usize) -> u64 {
-        match index.checked_sub(1) {
-            Some(i) => self.steps[i].total,
-            None => self.dropped_total,
-        }
     }
 }
 
@@ -137,21 +106,9 @@ impl SteppedWindow {
         step.saturating_sub(self.whole_steps + u64::from(self.extra > 0))
     }
 
-    fn first_touching(&self, state: &SteppedWindowState, t: u64) -> usize {
-        let oldest = self.oldest_touching(t);
-        let left = |s: &StepCount| s.step < oldest;
-        // Commits drop the steps that have left, so usually at most a few at
-        // the front are outside: look there before searching.
-        match state.steps.iter().take(FRONT_SCAN).position(|s| !left(s)) {
-            Some(index) => index,
-            None => state.steps.partition_point(left),
-        }
-    }
-
     /// The requests counted at `t` (steps after `t`'s are not yet reached).
     fn count_at(&self, state: &SteppedWindowState, t: u64) -> u64 {
-        let first = self.first_touching(state, t);
-        state.total() - state.total_before(first)
+        state.steps.count_from(self.oldest_touching(t))
     }
 
     /// The first instant at which `step` no longer touches the window.
@@ -162,31 +119,18 @@ impl SteppedWindow {
     }
 
     fn leave_time(&self, state: &SteppedWindowState, cost: u64) -> u64 {
-        let target = (state.total() + cost).saturating_sub(self.n);
-        let index = state.steps.partition_point(|s| s.total < target);
+        let target = (state.steps.total() + cost).saturating_sub(self.n);
         state
             .steps
-            .get(index)
-            .map_or(0, |s| self.step_leaves(s.step))
+            .first_reaching(target)
+            .map_or(0, |s| self.step_leaves(s.at))
     }
 
     fn pending(&self, state: &SteppedWindowState, now: u64) -> bool {
         state
+            .steps
             .newest()
-            .is_some_and(|s| now < s.step.saturating_mul(self.step))
-    }
-
-    /// Drops the steps that no window ending at or after the start of
-    /// `newest` can touch.
-    fn forget_before(&self, state: &mut SteppedWindowState, newest: u64) {
-        let oldest = self.oldest_touching_step(newest);
-        while let Some(front) = state.steps.front() {
-            if front.step >= oldest {
-                break;
-            }
-            state.dropped_total = front.total;
-            state.steps.pop_front();
-        }
+            .is_some_and(|s| now < s.at.saturating_mul(self.step))
     }
 
     /// Counts `cost` at `at`, whatever the limit says: the request was
@@ -197,22 +141,13 @@ impl SteppedWindow {
             return;
         }
         let step = at / self.step;
-        let newest = state.newest().map_or(step, |s| s.step.max(step));
-        if step < self.oldest_touching_step(newest) {
+        let newest = state.steps.newest().map_or(step, |s| s.at.max(step));
+        let oldest = self.oldest_touching_step(newest);
+        if step < oldest {
             return;
         }
-        self.forget_before(state, newest);
-        let index = state.steps.partition_point(|s| s.step < step);
-        match state.steps.get(index) {
-            Some(s) if s.step == step => {}
-            _ => {
-                let total = state.total_before(index);
-                state.steps.insert(index, StepCount { step, total });
-            }
-        }
-        for s in state.steps.iter_mut_from(index) {
-            s.total += cost;
-        }
+        state.steps.drop_before(oldest);
+        state.steps.add(step, cost);
     }
 
     /// The requests counted in the window ending at `t`.
@@ -277,8 +212,9 @@ impl Algorithm for SteppedWindow {
 
     fn next_available(&self, state: &SteppedWindowState, now: u64, cost: u64) -> u64 {
         let from = state
+            .steps
             .newest()
-            .map_or(now, |s| now.max(s.step.saturating_mul(self.step)));
+            .map_or(now, |s| now.max(s.at.saturating_mul(self.step)));
         if self.count_at(state, from) + cost <= self.n {
             from
         } else {
@@ -296,7 +232,7 @@ impl Algorithm for SteppedWindow {
     }
 
     fn expires_at(&self, state: &SteppedWindowState) -> u64 {
-        state.newest().map_or(0, |s| self.step_leaves(s.step))
+        state.steps.newest().map_or(0, |s| self.step_leaves(s.at))
     }
 
     fn heap_bytes(&self, state: &SteppedWindowState) -> usize {
