@@ -15,7 +15,8 @@
 use std::time::Duration;
 
 use super::small_deque::SmallDeque;
-use super::{until, Algorithm, Slot};
+use super::tally::{Instants, Tally};
+use super::{Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;
 
@@ -130,27 +131,19 @@ impl Algorithm for Concurrency {
 
     #[inline]
     fn evaluate(&self, state: &ConcurrencyState, now: u64, cost: u64) -> Decision {
-        let held = state.in_flight(now);
-        let allowed = held + cost <= self.n;
-        let mut decision = Decision {
-            allowed,
+        let tally = Tally {
             limit: self.n,
-            ..Decision::default()
+            count: state.in_flight(now),
         };
-        if allowed {
-            decision.remaining = self.n - held - cost;
-            let expiry = if cost > 0 {
-                self.lease_expiry(state, now)
-            } else {
-                0
-            };
-            decision.reset_after = until(now, state.last_expiry().max(expiry));
-        } else {
-            decision.remaining = self.n.saturating_sub(held);
-            decision.retry_after = until(now, self.frees_at(state, now, cost));
-            decision.reset_after = until(now, state.last_expiry());
-        }
-        decision
+        tally.decide(
+            now,
+            cost,
+            Instants {
+                reset_if_counted: || self.lease_expiry(state, now),
+                reset: || state.last_expiry(),
+                retry: || self.frees_at(state, now, cost),
+            },
+        )
     }
 
     #[inline]

@@ -6,9 +6,8 @@
 //! begins, plain checks are rejected (they do not jump the queue of booked
 //! requests), and further reservations fill that window or the next.
 
-use std::time::Duration;
-
-use super::{until, Algorithm, Slot};
+use super::tally::{queued, Instants, Tally};
+use super::{Algorithm, Slot};
 use crate::decision::Decision;
 use crate::rate::Rate;
 
@@ -70,32 +69,26 @@ impl Algorithm for FixedWindow {
     #[inline(always)]
     fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u64) -> Decision {
         let window = now / self.p;
-        let mut decision = Decision {
-            limit: self.n,
-            ..Decision::default()
-        };
         if state.window > window {
             // A later window is booked: wait for the queue.
-            decision.retry_after = until(now, self.next_available(state, now, cost));
-            decision.reset_after = until(now, self.expires_at(state));
-            return decision;
+            let next = self.next_available(state, now, cost);
+            return queued(self.n, now, next, self.expires_at(state));
         }
         let count = self.count_in(state, window);
-        let end = until(now, self.window_end(window));
-        decision.allowed = count + cost <= self.n;
-        if decision.allowed {
-            decision.remaining = self.n - count - cost;
-            decision.reset_after = if count + cost > 0 {
-                end
-            } else {
-                Duration::ZERO
-            };
-        } else {
-            decision.remaining = self.n.saturating_sub(count);
-            decision.retry_after = end;
-            decision.reset_after = end;
-        }
-        decision
+        let end = self.window_end(window);
+        let tally = Tally {
+            limit: self.n,
+            count,
+        };
+        tally.decide(
+            now,
+            cost,
+            Instants {
+                reset_if_counted: || end,
+                reset: || if count > 0 { end } else { now },
+                retry: || end,
+            },
+        )
     }
 
     #[inline(always)]

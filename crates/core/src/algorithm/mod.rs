@@ -21,6 +21,7 @@ mod sliding_counter;
 mod sliding_log;
 mod small_deque;
 mod stepped_window;
+mod tally;
 mod token_bucket;
 
 use std::time::Duration;

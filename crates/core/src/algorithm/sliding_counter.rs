@@ -7,7 +7,8 @@
 //! `booked_until`; before that instant plain checks are rejected (they do not
 //! jump the queue of booked requests).
 
-use super::{until, Algorithm, Slot};
+use super::tally::{queued, Instants, Tally};
+use super::{Algorithm, Slot};
 use crate::decision::Decision;
 use crate::rate::Rate;
 
@@ -120,28 +121,25 @@ impl Algorithm for SlidingWindowCounter {
 
     #[inline(always)]
     fn evaluate(&self, state: &SlidingWindowCounterState, now: u64, cost: u64) -> Decision {
-        let mut decision = Decision {
-            limit: self.n,
-            ..Decision::default()
-        };
         if self.pending(state, now) {
-            decision.retry_after = until(now, self.next_available(state, now, cost));
-            decision.reset_after = until(now, self.expires_at(state));
-            return decision;
+            let next = self.next_available(state, now, cost);
+            return queued(self.n, now, next, self.expires_at(state));
         }
         let window = now / self.p;
         let (prev, curr) = self.counts(state, window);
-        let estimate = self.weighted(prev, now - window * self.p) + curr;
-        decision.allowed = estimate + cost <= self.n;
-        if decision.allowed {
-            decision.remaining = self.n - estimate - cost;
-            decision.reset_after = until(now, self.quiet_from(window, prev, curr + cost));
-        } else {
-            decision.remaining = self.n.saturating_sub(estimate);
-            decision.retry_after = until(now, self.first_fit(prev, curr, cost, now));
-            decision.reset_after = until(now, self.quiet_from(window, prev, curr));
-        }
-        decision
+        let tally = Tally {
+            limit: self.n,
+            count: self.weighted(prev, now - window * self.p) + curr,
+        };
+        tally.decide(
+            now,
+            cost,
+            Instants {
+                reset_if_counted: || self.quiet_from(window, prev, curr + cost),
+                reset: || self.quiet_from(window, prev, curr),
+                retry: || self.first_fit(prev, curr, cost, now),
+            },
+        )
     }
 
     #[inline(always)]

@@ -9,10 +9,9 @@
 //! jump the queue of booked requests). The first two entries live inside the
 //! state; only a longer log moves to the heap.
 
-use std::time::Duration;
-
 use super::running_totals::RunningTotals;
-use super::{until, Algorithm, Slot};
+use super::tally::{queued, Instants, Tally};
+use super::{Algorithm, Slot};
 use crate::decision::Decision;
 use crate::rate::Rate;
 
@@ -83,32 +82,24 @@ impl Algorithm for SlidingWindowLog {
 
     #[inline]
     fn evaluate(&self, state: &SlidingWindowLogState, now: u64, cost: u64) -> Decision {
-        let mut decision = Decision {
-            limit: self.n,
-            ..Decision::default()
-        };
         if self.pending(state, now) {
-            decision.retry_after = until(now, self.next_available(state, now, cost));
-            decision.reset_after = until(now, self.expires_at(state));
-            return decision;
+            let next = self.next_available(state, now, cost);
+            return queued(self.n, now, next, self.expires_at(state));
         }
-        let count = self.count_inside(state, now);
-        decision.allowed = count + cost <= self.n;
-        if decision.allowed {
-            decision.remaining = self.n - count - cost;
-            // A counted request is the newest entry, gone after P; a peek
-            // waits for the newest entry already logged.
-            decision.reset_after = if cost > 0 {
-                Duration::from_nanos(self.p)
-            } else {
-                until(now, self.expires_at(state))
-            };
-        } else {
-            decision.remaining = self.n.saturating_sub(count);
-            decision.retry_after = until(now, self.leave_time(state, cost));
-            decision.reset_after = until(now, self.expires_at(state));
-        }
-        decision
+        let tally = Tally {
+            limit: self.n,
+            count: self.count_inside(state, now),
+        };
+        tally.decide(
+            now,
+            cost,
+            Instants {
+                // A counted request is the newest entry, gone after P.
+                reset_if_counted: || now.saturating_add(self.p),
+                reset: || self.expires_at(state),
+                retry: || self.leave_time(state, cost),
+            },
+        )
     }
 
     #[inline]

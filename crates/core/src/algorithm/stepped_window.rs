@@ -13,7 +13,8 @@
 use std::time::Duration;
 
 use super::running_totals::RunningTotals;
-use super::{until, Algorithm, Slot};
+use super::tally::{queued, Instants, Tally};
+use super::{Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;
 use crate::rate::Rate;
@@ -176,32 +177,24 @@ impl Algorithm for SteppedWindow {
 
     #[inline]
     fn evaluate(&self, state: &SteppedWindowState, now: u64, cost: u64) -> Decision {
-        let mut decision = Decision {
-            limit: self.n,
-            ..Decision::default()
-        };
         if self.pending(state, now) {
-            decision.retry_after = until(now, self.next_available(state, now, cost));
-            decision.reset_after = until(now, self.expires_at(state));
-            return decision;
+            let next = self.next_available(state, now, cost);
+            return queued(self.n, now, next, self.expires_at(state));
         }
-        let count = self.count_at(state, now);
-        decision.allowed = count + cost <= self.n;
-        if decision.allowed {
-            decision.remaining = self.n - count - cost;
-            // A counted request lands in the newest step, `now`'s; a peek
-            // waits for the newest step already counted.
-            decision.reset_after = if cost > 0 {
-                until(now, self.step_leaves(now / self.step))
-            } else {
-                until(now, self.expires_at(state))
-            };
-        } else {
-            decision.remaining = self.n.saturating_sub(count);
-            decision.retry_after = until(now, self.leave_time(state, cost));
-            decision.reset_after = until(now, self.expires_at(state));
-        }
-        decision
+        let tally = Tally {
+            limit: self.n,
+            count: self.count_at(state, now),
+        };
+        tally.decide(
+            now,
+            cost,
+            Instants {
+                // A counted request lands in the newest step, `now`'s.
+                reset_if_counted: || self.step_leaves(now / self.step),
+                reset: || self.expires_at(state),
+                retry: || self.leave_time(state, cost),
+            },
+        )
     }
 
     #[inline]
