@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, SlidingWindowCounter, SlidingWindowLog,
-    SteppedWindow, TokenBucket,
+    SteppedWindow, TokenBucket, Wide,
 };
 use crate::rate::{Rate, RateError};
 
@@ -49,6 +49,14 @@ pub enum LimitError {
     Step {
         /// The rejected step.
         step: Duration,
+    },
+    /// A token bucket's capacity does not fit the chosen token storage (only
+    /// when asking for [`Narrow`](crate::algorithm::Narrow) storage directly;
+    /// [`Limit::build`] picks one that fits).
+    #[error("burst {burst} at this rate needs a token bucket with wide storage")]
+    Storage {
+        /// The burst asked for.
+        burst: u64,
     },
     /// `lease_ttl` is shorter than 1 ms.
     #[error("lease_ttl {lease_ttl:?} must be at least 1ms")]
@@ -223,7 +231,14 @@ impl Limit {
         let burst = self.burst.unwrap_or(self.rate.limit());
         let rate = self.rate;
         Ok(match name {
-            AlgorithmName::TokenBucket => AnyAlgorithm::TokenBucket(TokenBucket::new(rate, burst)?),
+            AlgorithmName::TokenBucket
+                if TokenBucket::<crate::algorithm::Narrow>::fits(rate, burst) =>
+            {
+                AnyAlgorithm::TokenBucket(TokenBucket::new(rate, burst)?)
+            }
+            AlgorithmName::TokenBucket => {
+                AnyAlgorithm::WideTokenBucket(TokenBucket::<Wide>::with_storage(rate, burst)?)
+            }
             AlgorithmName::Gcra => AnyAlgorithm::Gcra(Gcra::new(rate, burst)?),
             AlgorithmName::LeakyBucket => AnyAlgorithm::LeakyBucket(LeakyBucket::new(rate, burst)?),
             AlgorithmName::FixedWindow => AnyAlgorithm::FixedWindow(FixedWindow::new(rate)),
@@ -267,8 +282,11 @@ impl fmt::Display for Limit {
 /// typed table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnyAlgorithm {
-    /// See [`TokenBucket`].
+    /// See [`TokenBucket`]: its 64-bit token count, the usual case.
     TokenBucket(TokenBucket),
+    /// See [`TokenBucket`]: a 128-bit token count, for capacities the
+    /// 64-bit count cannot hold.
+    WideTokenBucket(TokenBucket<Wide>),
     /// See [`Gcra`].
     Gcra(Gcra),
     /// See [`LeakyBucket`].
@@ -290,6 +308,7 @@ impl AnyAlgorithm {
     pub fn limit(&self) -> u64 {
         match self {
             AnyAlgorithm::TokenBucket(a) => a.limit(),
+            AnyAlgorithm::WideTokenBucket(a) => a.limit(),
             AnyAlgorithm::Gcra(a) => a.limit(),
             AnyAlgorithm::LeakyBucket(a) => a.limit(),
             AnyAlgorithm::FixedWindow(a) => a.limit(),
@@ -345,6 +364,26 @@ mod tests {
         for name in AlgorithmName::ALL {
             assert_eq!(limit(name).build().map(|a| a.limit()), Ok(10), "{name}");
         }
+    }
+
+    #[test]
+    fn token_buckets_store_64_bit_counts_unless_the_capacity_needs_more() {
+        use crate::algorithm::{Narrow, TokenBucketState};
+        assert_eq!(std::mem::size_of::<TokenBucketState<Narrow>>(), 16);
+        assert_eq!(std::mem::size_of::<TokenBucketState<Wide>>(), 24);
+        let common = Limit::new(AlgorithmName::TokenBucket, "1000000/d".parse().unwrap());
+        assert!(matches!(common.build(), Ok(AnyAlgorithm::TokenBucket(_))));
+        // A prime count over a week: 1000003 tokens of 604800e9 units each.
+        let extreme = Limit::new(AlgorithmName::TokenBucket, "1000003/w".parse().unwrap());
+        assert!(matches!(
+            extreme.build(),
+            Ok(AnyAlgorithm::WideTokenBucket(_))
+        ));
+        let rate = "1000003/w".parse().unwrap();
+        assert_eq!(
+            TokenBucket::<Narrow>::with_storage(rate, 1_000_003),
+            Err(LimitError::Storage { burst: 1_000_003 })
+        );
     }
 
     #[test]

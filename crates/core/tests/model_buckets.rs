@@ -7,7 +7,7 @@
 mod reference;
 
 use proptest::prelude::*;
-use tollgate_core::algorithm::{Gcra, LeakyBucket, TokenBucket};
+use tollgate_core::algorithm::{Gcra, LeakyBucket, TokenBucket, Wide};
 use tollgate_core::{Algorithm, Decision};
 
 use reference::buckets::{LeakyBucketModel, TokenBucketModel};
@@ -17,6 +17,12 @@ use reference::strategy::{reservations, trace, Capacity, Op, Setup, MS, NS};
 
 fn token_bucket(s: &Setup) -> TokenBucket {
     TokenBucket::new(s.rate(), s.burst).unwrap()
+}
+
+/// The same bucket with a 128-bit token count, which `Limit::build` picks
+/// only for extreme capacities: it must decide exactly alike.
+fn wide_token_bucket(s: &Setup) -> TokenBucket<Wide> {
+    TokenBucket::with_storage(s.rate(), s.burst).unwrap()
 }
 
 fn gcra(s: &Setup) -> Gcra {
@@ -46,6 +52,11 @@ proptest! {
     #[test]
     fn token_bucket_matches_model_ns((s, t) in trace(NS, Capacity::Burst)) {
         run_against_model(&token_bucket(&s), tb_model(&s), &s, &t)?;
+    }
+
+    #[test]
+    fn wide_token_bucket_matches_model_ns((s, t) in trace(NS, Capacity::Burst)) {
+        run_against_model(&wide_token_bucket(&s), tb_model(&s), &s, &t)?;
     }
 
     #[test]

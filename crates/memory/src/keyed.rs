@@ -6,7 +6,7 @@
 
 use tollgate_core::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, SlidingWindowCounter, SlidingWindowLog,
-    SteppedWindow, TokenBucket,
+    SteppedWindow, TokenBucket, TokenStorage,
 };
 
 /// An [`Algorithm`] a keyed table can hold.
@@ -26,7 +26,7 @@ pub(crate) trait Keyed: Algorithm {
     }
 }
 
-impl Keyed for TokenBucket {}
+impl<S: TokenStorage> Keyed for TokenBucket<S> {}
 
 impl Keyed for Gcra {}
 

@@ -23,8 +23,9 @@
 //!
 //! A key is hashed once to a 128-bit fingerprint (SipHash-1-3 under a random
 //! per-store [`Seed`]); tables store the fingerprint and the algorithm's
-//! state, nothing else — 32 bytes per entry for `gcra` and `fixed_window`,
-//! 40 for `token_bucket`, plus one control byte per bucket. A table is split
+//! state, nothing else — 32 bytes per entry for `gcra`, `fixed_window` and
+//! `token_bucket` (40 for the rare token bucket whose capacity needs a
+//! 128-bit count), plus one control byte per bucket. A table is split
 //! into shards (each a mutex around a hashbrown table, padded to a cache
 //! line); the fingerprint picks the shard. A missing key behaves as the
 //! algorithm's fresh state, and an operation that changes nothing (a peek, a

@@ -62,6 +62,7 @@ impl Limiter {
         }
         let table = match algorithm {
             AnyAlgorithm::TokenBucket(a) => table(a, limit, seed, budget, shards),
+            AnyAlgorithm::WideTokenBucket(a) => table(a, limit, seed, budget, shards),
             AnyAlgorithm::Gcra(a) => table(a, limit, seed, budget, shards),
             AnyAlgorithm::LeakyBucket(a) => table(a, limit, seed, budget, shards),
             AnyAlgorithm::FixedWindow(a) => table(a, limit, seed, budget, shards),

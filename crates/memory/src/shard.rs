@@ -223,12 +223,13 @@ impl<A: Algorithm> Shard<A> {
 mod tests {
     use super::*;
     use std::mem::size_of;
-    use tollgate_core::algorithm::{FixedWindowState, GcraState, TokenBucketState};
+    use tollgate_core::algorithm::{FixedWindowState, GcraState, TokenBucketState, Wide};
 
     #[test]
     fn entries_are_a_fingerprint_and_a_state_and_nothing_else() {
         assert_eq!(size_of::<Entry<GcraState>>(), 32);
-        assert_eq!(size_of::<Entry<TokenBucketState>>(), 40);
+        assert_eq!(size_of::<Entry<TokenBucketState>>(), 32);
+        assert_eq!(size_of::<Entry<TokenBucketState<Wide>>>(), 40);
         assert_eq!(size_of::<Entry<FixedWindowState>>(), 32);
     }
 }

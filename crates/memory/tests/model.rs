@@ -297,6 +297,7 @@ fn run_limit(limit: &Limit, steps: &[(u64, Op)]) -> Result<(), TestCaseError> {
         .map_err(|e| TestCaseError::reject(e.to_string()))?;
     match algorithm {
         AnyAlgorithm::TokenBucket(a) => run(&a, None, limit, steps),
+        AnyAlgorithm::WideTokenBucket(a) => run(&a, None, limit, steps),
         AnyAlgorithm::Gcra(a) => run(&a, None, limit, steps),
         AnyAlgorithm::LeakyBucket(a) => run(&a, None, limit, steps),
         AnyAlgorithm::FixedWindow(a) => run(&a, None, limit, steps),

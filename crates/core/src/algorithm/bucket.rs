@@ -3,7 +3,9 @@
 //! A rate of `n` per `p` ns refills `n/p` tokens per nanosecond, which is
 //! rarely a whole number. Measuring tokens in units of `1/p` token makes the
 //! refill exactly `n` units per nanosecond and one token exactly `p` units,
-//! so every comparison is exact in `u128`.
+//! so every comparison is exact in `u128`. Both are first divided by their
+//! greatest common divisor, which changes no decision and keeps the numbers
+//! small enough for a 64-bit token count in most configurations.
 
 use crate::rate::Rate;
 
@@ -21,9 +23,11 @@ pub(crate) struct BucketMath {
 impl BucketMath {
     #[inline]
     pub(crate) fn new(rate: Rate, burst: u64) -> Self {
+        let (n, p) = (rate.limit(), rate.period_nanos());
+        let common = gcd(n, p);
         BucketMath {
-            n: rate.limit(),
-            p: rate.period_nanos(),
+            n: n / common,
+            p: p / common,
             burst,
         }
     }
@@ -59,6 +63,14 @@ impl BucketMath {
     }
 }
 
+/// The greatest common divisor (both arguments are non-zero).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// `a / b` rounded down, saturating at `u64::MAX`.
 ///
 /// A 128-bit division costs several times a 64-bit one, and on the hot path
@@ -83,6 +95,14 @@ pub(crate) fn div_ceil(a: u128, b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn units_are_reduced_by_the_common_divisor() {
+        let math = BucketMath::new(Rate::per_second(10).unwrap(), 20);
+        assert_eq!((math.n, math.p), (1, 100_000_000));
+        let math = BucketMath::new(Rate::per_second(3).unwrap(), 3);
+        assert_eq!((math.n, math.p), (3, 1_000_000_000));
+    }
 
     #[test]
     fn divisions_agree_with_128_bit_arithmetic_on_both_paths() {

@@ -33,7 +33,7 @@ pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use sliding_log::{SlidingWindowLog, SlidingWindowLogState};
 pub use stepped_window::{default_step, SteppedWindow, SteppedWindowState};
-pub use token_bucket::{TokenBucket, TokenBucketState};
+pub use token_bucket::{Narrow, TokenBucket, TokenBucketState, TokenStorage, Wide};
 
 use crate::decision::{Decision, Reservation};
 use crate::limit::LimitError;

@@ -9,7 +9,13 @@
 //! the time of booking would lose the rounding of each wait up to a whole
 //! nanosecond, and a slot could come a nanosecond before a plain check at
 //! that instant would pass.)
+//!
+//! The token count is stored in 64 bits ([`Narrow`], the default) whenever
+//! the capacity in those units fits, which covers all but extreme rates; a
+//! [`Wide`] bucket stores 128 bits. [`Limit::build`](crate::Limit::build)
+//! picks the narrow one when it fits.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use super::bucket::BucketMath;
@@ -18,20 +24,71 @@ use crate::decision::Decision;
 use crate::limit::LimitError;
 use crate::rate::{Rate, MAX_LIMIT};
 
-/// A token bucket of capacity `burst`, refilled at `rate`.
+/// A token bucket of capacity `burst`, refilled at `rate`, storing its token
+/// count as `S`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenBucket {
+pub struct TokenBucket<S = Narrow> {
     math: BucketMath,
+    storage: PhantomData<S>,
 }
 
-/// Tokens (in units of `1/P` token) and the time of the last refill, which a
-/// reservation may put ahead of `now`.
-///
-/// Packed to 8-byte alignment so a keyed table stores it in 24 bytes.
+/// How a token bucket stores its token count (in units of `1/P` token).
+pub trait TokenStorage: Copy + std::fmt::Debug + PartialEq + Eq + Send + Sync + 'static {
+    /// Whether counts from 0 to `capacity` units can be stored.
+    fn holds(capacity: u128) -> bool;
+    /// The stored count.
+    fn load(self) -> i128;
+    /// `tokens` for storing; within what [`holds`](Self::holds) allowed.
+    fn store(tokens: i128) -> Self;
+}
+
+/// A 64-bit token count: states of 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Narrow(i64);
+
+/// A 128-bit token count, for capacities a 64-bit count cannot hold.
+/// Packed to 8-byte alignment so states take 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, packed(8))]
-pub struct TokenBucketState {
-    tokens: i128,
+pub struct Wide(i128);
+
+impl TokenStorage for Narrow {
+    fn holds(capacity: u128) -> bool {
+        capacity <= i64::MAX as u128
+    }
+
+    #[inline(always)]
+    fn load(self) -> i128 {
+        i128::from(self.0)
+    }
+
+    #[inline(always)]
+    fn store(tokens: i128) -> Self {
+        Narrow(i64::try_from(tokens).unwrap_or(if tokens < 0 { i64::MIN } else { i64::MAX }))
+    }
+}
+
+impl TokenStorage for Wide {
+    fn holds(_capacity: u128) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn load(self) -> i128 {
+        self.0
+    }
+
+    #[inline(always)]
+    fn store(tokens: i128) -> Self {
+        Wide(tokens)
+    }
+}
+
+/// Tokens and the time of the last refill, which a reservation may put ahead
+/// of `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucketState<S = Narrow> {
+    tokens: S,
     last: u64,
 }
 
@@ -43,20 +100,42 @@ pub(crate) fn validate_burst(burst: u64) -> Result<(), LimitError> {
 }
 
 impl TokenBucket {
-    /// A bucket holding up to `burst` tokens, refilled at `rate`.
+    /// A bucket holding up to `burst` tokens, refilled at `rate`, with a
+    /// 64-bit token count; an error ([`LimitError::Storage`]) in the rare
+    /// case that cannot hold its capacity (then use
+    /// [`with_storage`](Self::with_storage) and [`Wide`]).
     pub fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
+        Self::with_storage(rate, burst)
+    }
+}
+
+impl<S: TokenStorage> TokenBucket<S> {
+    /// A bucket holding up to `burst` tokens, refilled at `rate`, storing its
+    /// token count as `S`; an error ([`LimitError::Storage`]) when `S` cannot
+    /// hold its capacity.
+    pub fn with_storage(rate: Rate, burst: u64) -> Result<Self, LimitError> {
         validate_burst(burst)?;
+        let math = BucketMath::new(rate, burst);
+        if !S::holds(math.capacity()) {
+            return Err(LimitError::Storage { burst });
+        }
         Ok(TokenBucket {
-            math: BucketMath::new(rate, burst),
+            math,
+            storage: PhantomData,
         })
     }
 
+    /// Whether a bucket of `burst` at `rate` can store its tokens as `S`.
+    pub fn fits(rate: Rate, burst: u64) -> bool {
+        S::holds(BucketMath::new(rate, burst).capacity())
+    }
+
     /// Tokens at `max(now, last)` and that instant.
-    fn refilled(&self, state: &TokenBucketState, now: u64) -> (i128, u64) {
+    fn refilled(&self, state: &TokenBucketState<S>, now: u64) -> (i128, u64) {
         let last = state.last;
         let at = now.max(last);
         let cap = to_signed(self.math.capacity());
-        let tokens = state.tokens;
+        let tokens = state.tokens.load();
         let refilled = tokens.saturating_add(to_signed(self.math.refill(at - last)));
         (refilled.min(cap), at)
     }
@@ -70,8 +149,8 @@ fn to_unsigned(units: i128) -> u128 {
     u128::try_from(units).unwrap_or(0)
 }
 
-impl Algorithm for TokenBucket {
-    type State = TokenBucketState;
+impl<S: TokenStorage> Algorithm for TokenBucket<S> {
+    type State = TokenBucketState<S>;
 
     #[inline]
     fn limit(&self) -> u64 {
@@ -84,15 +163,15 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn new_state(&self) -> TokenBucketState {
+    fn new_state(&self) -> TokenBucketState<S> {
         TokenBucketState {
-            tokens: to_signed(self.math.capacity()),
+            tokens: S::store(to_signed(self.math.capacity())),
             last: 0,
         }
     }
 
     #[inline(always)]
-    fn evaluate(&self, state: &TokenBucketState, now: u64, cost: u64) -> Decision {
+    fn evaluate(&self, state: &TokenBucketState<S>, now: u64, cost: u64) -> Decision {
         let m = &self.math;
         let (tokens, at) = self.refilled(state, now);
         let lag = at - now;
@@ -122,14 +201,14 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline(always)]
-    fn commit(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Option<u64> {
+    fn commit(&self, state: &mut TokenBucketState<S>, now: u64, cost: u64) -> Option<u64> {
         let (tokens, at) = self.refilled(state, now);
-        state.tokens = tokens - to_signed(self.math.units(cost));
+        state.tokens = S::store(tokens - to_signed(self.math.units(cost)));
         state.last = at;
         None
     }
 
-    fn next_available(&self, state: &TokenBucketState, now: u64, cost: u64) -> u64 {
+    fn next_available(&self, state: &TokenBucketState<S>, now: u64, cost: u64) -> u64 {
         let (tokens, at) = self.refilled(state, now);
         let need = to_signed(self.math.units(cost));
         if tokens >= need {
@@ -138,17 +217,17 @@ impl Algorithm for TokenBucket {
         at.saturating_add(self.math.nanos_for(to_unsigned(need - tokens)))
     }
 
-    fn slot(&self, state: &TokenBucketState, now: u64, cost: u64) -> Option<Slot> {
+    fn slot(&self, state: &TokenBucketState<S>, now: u64, cost: u64) -> Option<Slot> {
         let at = self.next_available(state, now, cost);
         Some(Slot { at, wait: at - now })
     }
 
-    fn book(&self, state: &mut TokenBucketState, _now: u64, slot: Slot, cost: u64) {
+    fn book(&self, state: &mut TokenBucketState<S>, _now: u64, slot: Slot, cost: u64) {
         self.commit(state, slot.at, cost);
     }
 
-    fn expires_at(&self, state: &TokenBucketState) -> u64 {
-        let missing = to_signed(self.math.capacity()) - state.tokens;
+    fn expires_at(&self, state: &TokenBucketState<S>) -> u64 {
+        let missing = to_signed(self.math.capacity()) - state.tokens.load();
         state
             .last
             .saturating_add(self.math.nanos_for(to_unsigned(missing)))
