@@ -1,5 +1,6 @@
 //! Command-line arguments of every subcommand.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -22,6 +23,73 @@ pub enum Command {
     /// "cost": <int, default 1>}`, in non-decreasing `at_ms` order, and writes
     /// one decision per line to stdout; a summary goes to stderr.
     Simulate(SimulateArgs),
+    /// Run the decision service (HTTP API) on the chosen store.
+    ///
+    /// Every flag may also come from a `TOLLGATE_*` environment variable or
+    /// from the `--config` file; a flag wins over the environment, which
+    /// wins over the file.
+    Serve(ServeArgs),
+    /// Validate rules files without serving; exits 1 with file:line:reason
+    /// on the first error.
+    CheckRules(CheckRulesArgs),
+}
+
+/// `tollgate serve`.
+#[derive(Debug, Args, Default)]
+pub struct ServeArgs {
+    /// A TOML file with any of the settings below (keys as the flag names,
+    /// with `_` for `-`).
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address of the HTTP API [default: 127.0.0.1:8080].
+    #[arg(long, env = "TOLLGATE_HTTP")]
+    pub http: Option<SocketAddr>,
+    /// Rules file or directory (reloaded when it changes).
+    #[arg(long, env = "TOLLGATE_RULES")]
+    pub rules: Option<PathBuf>,
+    /// Where limiter state lives [default: memory].
+    #[arg(long, env = "TOLLGATE_STORE")]
+    pub store: Option<String>,
+    /// Memory store cap in bytes [default: 268435456].
+    #[arg(long, env = "TOLLGATE_MEMORY_MAX_BYTES")]
+    pub memory_max_bytes: Option<usize>,
+    /// Honour `at_ms` in requests (client-side deployments and tests).
+    #[arg(long, env = "TOLLGATE_TRUST_CLIENT_TIME")]
+    pub trust_client_time: bool,
+    /// Save the memory store here on shutdown and periodically; load it at
+    /// start.
+    #[arg(long, env = "TOLLGATE_SNAPSHOT")]
+    pub snapshot: Option<PathBuf>,
+    /// Seconds between periodic snapshots; 0 saves only on shutdown
+    /// [default: 60].
+    #[arg(long, env = "TOLLGATE_SNAPSHOT_INTERVAL")]
+    pub snapshot_interval: Option<u64>,
+    /// Bearer token for admin routes (key reset, rules reload).
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Shadow mode for every rule: decide, count, report, never reject.
+    #[arg(long, env = "TOLLGATE_SHADOW")]
+    pub shadow: bool,
+    /// Largest request body in bytes [default: 65536].
+    #[arg(long, env = "TOLLGATE_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Longest key in bytes [default: 1024].
+    #[arg(long, env = "TOLLGATE_MAX_KEY_BYTES")]
+    pub max_key_bytes: Option<usize>,
+    /// Leave out the rate-limit headers.
+    #[arg(long, env = "TOLLGATE_NO_HEADERS")]
+    pub no_headers: bool,
+    /// Log format: `text` or `json` [default: text]. The level comes from
+    /// `RUST_LOG` (default `info`).
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+/// `tollgate check-rules`.
+#[derive(Debug, Args)]
+pub struct CheckRulesArgs {
+    /// A rules file or a directory of them.
+    pub path: PathBuf,
 }
 
 /// `tollgate simulate`.

@@ -4,9 +4,13 @@
 //!
 //! - [`args`]: the clap definitions of every subcommand.
 //! - [`simulate`]: `tollgate simulate`, replaying a trace through one limit.
+//! - [`serve`]: `tollgate serve`, the decision service.
+//! - [`check_rules`]: `tollgate check-rules`, validating rules files.
 //!
 //! Each subcommand's module turns parsed arguments into calls on the library
 //! crates and writes the results; none of them holds rate-limiting logic.
 
 pub mod args;
+pub mod check_rules;
+pub mod serve;
 pub mod simulate;

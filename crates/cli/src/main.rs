@@ -9,6 +9,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => tollgate_cli::simulate::run(&args),
+        Command::Serve(args) => tollgate_cli::serve::run(&args),
+        Command::CheckRules(args) => tollgate_cli::check_rules::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

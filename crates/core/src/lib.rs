@@ -15,6 +15,8 @@
 //! - [`decision`]: [`Decision`] and [`Reservation`], the answers.
 //! - [`time`]: the [`Clock`](time::Clock) trait, a system clock and a manual
 //!   one for tests.
+//! - [`store`]: the [`Store`] trait that servers decide through, and its
+//!   value types.
 //!
 //! # Example
 //!
@@ -39,9 +41,11 @@ pub mod algorithm;
 pub mod decision;
 pub mod limit;
 pub mod rate;
+pub mod store;
 pub mod time;
 
 pub use algorithm::Algorithm;
 pub use decision::{Decision, Reservation};
 pub use limit::{AlgorithmName, AnyAlgorithm, Limit, LimitError};
 pub use rate::{Rate, RateError};
+pub use store::{LimitKey, Moment, MultiReservation, Store, StoreError};

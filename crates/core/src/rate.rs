@@ -142,7 +142,7 @@ impl fmt::Display for Rate {
         ];
         let p = self.period_ns;
         for (size, unit) in UNITS {
-            if p % size == 0 {
+            if p.is_multiple_of(size) {
                 let n = p / size;
                 return if n == 1 {
                     write!(f, "{}/{unit}", self.limit)

@@ -78,6 +78,8 @@
 //! - `registry`: limits to tables.
 //! - `multi`: `check_all` and `reserve_all`.
 //! - `store`: [`MemoryStore`].
+//! - `local`: [`LocalStore`], the memory store and a clock behind the core's
+//!   `Store` trait.
 
 mod budget;
 mod config;
@@ -86,6 +88,7 @@ mod fingerprint;
 mod footprint;
 mod keyed;
 mod limiter;
+mod local;
 mod multi;
 mod registry;
 mod shard;
@@ -95,5 +98,6 @@ mod table;
 pub use config::{MemoryConfig, DEFAULT_MAX_BYTES, MAX_SHARDS, MIN_DEFAULT_SHARDS};
 pub use fingerprint::Seed;
 pub use limiter::Limiter;
+pub use local::LocalStore;
 pub use multi::MultiReservation;
 pub use store::MemoryStore;

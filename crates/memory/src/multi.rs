@@ -31,22 +31,7 @@ use crate::table::LockedShard;
 /// rounds suffice; the cap only guards against a broken algorithm.
 const MAX_ROUNDS: usize = 64;
 
-/// The outcome of [`MemoryStore::reserve_all`](crate::MemoryStore::reserve_all).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MultiReservation {
-    /// How long the caller must wait before making the call; when nothing
-    /// was booked, the wait it would have needed.
-    pub wait: Duration,
-    /// Whether the slot was booked in every limit (nothing is booked in any
-    /// otherwise).
-    pub booked: bool,
-    /// Zero when booked; otherwise how much later a reservation would fit
-    /// within `max_wait`.
-    pub retry_after: Duration,
-    /// Each request's limit as of now, after the booking, in request order;
-    /// `allowed` is `booked`.
-    pub decisions: Vec<Decision>,
-}
+pub use tollgate_core::MultiReservation;
 
 /// One (table, key) of a multi-limit operation.
 struct Cell<'r> {

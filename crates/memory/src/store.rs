@@ -123,6 +123,16 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// Forgets `key` under every limit (an administrative reset); returns
+    /// how many limits held it.
+    pub fn reset(&self, key: &[u8]) -> usize {
+        let tables = self.inner.registry.read().tables().to_vec();
+        tables
+            .iter()
+            .filter(|t| t.reset(t.fingerprint(key)))
+            .count()
+    }
+
     /// Incremental expiry: drops the states expired at `now` from the next
     /// `shards` shards, round robin over all tables' shards (each at most
     /// once per call), never locking more than one shard at a time. A shard

@@ -96,7 +96,7 @@ fn a_full_store_drops_expired_keys_before_evicting_any() {
     let mut long = 0u64;
     // Fill until the store stops growing, alternating long and short keys.
     while store.len() == (short + long) as usize {
-        if (short + long) % 2 == 0 {
+        if (short + long).is_multiple_of(2) {
             limiter
                 .check(format!("long{long}").as_bytes(), 0, 10)
                 .unwrap();

@@ -308,9 +308,9 @@ fn tick_step(span_ms: u64) -> u64 {
 fn format_ms(ms: u64) -> String {
     if ms == 0 {
         "0".to_string()
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}min", ms / 60_000)
-    } else if ms % 1_000 == 0 {
+    } else if ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else if ms >= 1_000 {
         format!("{:.1}s", ms as f64 / 1_000.0)

@@ -55,7 +55,7 @@ pub(crate) enum LeaseOp {
 fn divisors(units: u64) -> Vec<u64> {
     (1..=units)
         .take_while(|d| d * d <= units)
-        .filter(|d| units % d == 0)
+        .filter(|d| units.is_multiple_of(*d))
         .flat_map(|d| [d, units / d])
         .collect()
 }

@@ -1,0 +1,21 @@
+//! `tollgate check-rules PATH`: loads rules files exactly as the server
+//! would and reports the first error as file:line:reason.
+
+use anyhow::Result;
+use tollgate_rules::RuleSet;
+
+use crate::args::CheckRulesArgs;
+
+/// Validates `args.path`; prints a one-line summary on success.
+pub fn run(args: &CheckRulesArgs) -> Result<()> {
+    let rules = RuleSet::load(&args.path)?;
+    let domains: Vec<&str> = rules.domains().map(|d| d.name()).collect();
+    println!(
+        "{}: ok ({} domain{}: {})",
+        args.path.display(),
+        domains.len(),
+        if domains.len() == 1 { "" } else { "s" },
+        domains.join(", ")
+    );
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! The settings of `tollgate serve`, merged from flags, `TOLLGATE_*`
+//! environment variables (clap reads both; a flag wins) and the optional
+//! TOML config file, then validated once into [`ServeConfig`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate_memory::DEFAULT_MAX_BYTES;
+use tollgate_server::Settings;
+
+use crate::args::ServeArgs;
+
+/// The config file: the same settings as the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    http: Option<SocketAddr>,
+    rules: Option<PathBuf>,
+    store: Option<String>,
+    memory_max_bytes: Option<usize>,
+    trust_client_time: Option<bool>,
+    snapshot: Option<PathBuf>,
+    snapshot_interval: Option<u64>,
+    admin_token: Option<String>,
+    shadow: Option<bool>,
+    max_body_bytes: Option<usize>,
+    max_key_bytes: Option<usize>,
+    no_headers: Option<bool>,
+    log_format: Option<String>,
+}
+
+/// Where limiter state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The embedded memory store.
+    Memory,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Validated settings of `tollgate serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// HTTP listen address.
+    pub http: SocketAddr,
+    /// Rules path, if any.
+    pub rules: Option<PathBuf>,
+    /// The store.
+    pub store: StoreChoice,
+    /// Memory store cap.
+    pub memory_max_bytes: usize,
+    /// Snapshot path, if any.
+    pub snapshot: Option<PathBuf>,
+    /// Period of snapshots; `None` saves only on shutdown.
+    pub snapshot_interval: Option<Duration>,
+    /// The service's settings.
+    pub settings: Settings,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// A setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML or has unknown keys.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why, with the place.
+        message: String,
+    },
+    /// A value is out of range or unknown.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ServeConfig {
+    /// Merges `args` (flags and environment) over the config file they name.
+    pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => ConfigFile::default(),
+        };
+        let store = match args.store.clone().or(file.store).as_deref() {
+            None | Some("memory") => StoreChoice::Memory,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "store {other:?} is not available: this build supports `memory`"
+                )))
+            }
+        };
+        let log_format = match args.log_format.clone().or(file.log_format).as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "log format {other:?} is not one of: text, json"
+                )))
+            }
+        };
+        let defaults = Settings::default();
+        let settings = Settings {
+            trust_client_time: args.trust_client_time || file.trust_client_time.unwrap_or(false),
+            admin_token: args
+                .admin_token
+                .clone()
+                .or(file.admin_token)
+                .filter(|t| !t.is_empty()),
+            max_body_bytes: args
+                .max_body_bytes
+                .or(file.max_body_bytes)
+                .unwrap_or(defaults.max_body_bytes),
+            max_key_bytes: args
+                .max_key_bytes
+                .or(file.max_key_bytes)
+                .unwrap_or(defaults.max_key_bytes),
+            max_descriptors: defaults.max_descriptors,
+            shadow: args.shadow || file.shadow.unwrap_or(false),
+            headers: !(args.no_headers || file.no_headers.unwrap_or(false)),
+        };
+        if settings.max_body_bytes == 0 || settings.max_key_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_body_bytes and max_key_bytes must be positive".into(),
+            ));
+        }
+        let interval = args
+            .snapshot_interval
+            .or(file.snapshot_interval)
+            .unwrap_or(60);
+        Ok(ServeConfig {
+            http: args
+                .http
+                .or(file.http)
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            rules: args.rules.clone().or(file.rules),
+            store,
+            memory_max_bytes: args
+                .memory_max_bytes
+                .or(file.memory_max_bytes)
+                .unwrap_or(DEFAULT_MAX_BYTES),
+            snapshot: args.snapshot.clone().or(file.snapshot),
+            snapshot_interval: (interval > 0).then(|| Duration::from_secs(interval)),
+            settings,
+            log_format,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<ConfigFile, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(
+            &path,
+            "http = \"127.0.0.1:9000\"\nmax_key_bytes = 10\nshadow = true\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            max_key_bytes: Some(20),
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::resolve(&args).unwrap();
+        assert_eq!(c.http.port(), 9000);
+        assert_eq!(c.settings.max_key_bytes, 20);
+        assert!(c.settings.shadow);
+        assert_eq!(c.settings.max_body_bytes, 64 * 1024);
+    }
+
+    #[test]
+    fn unknown_file_keys_and_stores_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(&path, "htp = \"x\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        assert!(ServeConfig::resolve(&args)
+            .unwrap_err()
+            .to_string()
+            .contains("htp"));
+        let args = ServeArgs {
+            store: Some("etcd://x".into()),
+            ..ServeArgs::default()
+        };
+        assert!(ServeConfig::resolve(&args)
+            .unwrap_err()
+            .to_string()
+            .contains("etcd"));
+    }
+}

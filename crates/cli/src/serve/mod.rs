@@ -1,0 +1,123 @@
+//! `tollgate serve`: wiring only. Reads the settings, loads the rules,
+//! builds the store, starts the rules watcher and the store's housekeeping,
+//! serves the HTTP API until SIGTERM or SIGINT, then finishes the requests
+//! in flight.
+
+pub mod config;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+use tollgate_core::time::{Clock, SystemClock};
+use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+use tollgate_rules::watch::RulesWatcher;
+use tollgate_rules::RuleSet;
+use tollgate_server::App;
+
+use crate::args::ServeArgs;
+use config::{LogFormat, ServeConfig, StoreChoice};
+
+/// How often expired keys are swept and the memory gauge updated.
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
+
+/// Runs the service until a shutdown signal.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let config = ServeConfig::resolve(args)?;
+    init_logging(config.log_format);
+    let rules = match &config.rules {
+        Some(path) => {
+            RuleSet::load(path).with_context(|| format!("loading rules from {}", path.display()))?
+        }
+        None => RuleSet::default(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tollgate")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config, rules))
+}
+
+async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
+    let StoreChoice::Memory = config.store;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let memory = MemoryStore::new(MemoryConfig {
+        max_bytes: config.memory_max_bytes,
+        ..MemoryConfig::default()
+    });
+    let store = LocalStore::new(memory.clone(), Arc::clone(&clock));
+    let app = App::new(store, rules, config.rules.clone(), config.settings.clone());
+
+    let _watcher = config.rules.as_ref().map(|path| {
+        let app = app.clone();
+        RulesWatcher::spawn(path, move |loaded| {
+            let _ = app.apply_reload(loaded);
+        })
+    });
+    let housekeeping = tokio::spawn(housekeeping(app.clone(), memory.clone(), clock));
+
+    let listener = TcpListener::bind(config.http)
+        .await
+        .with_context(|| format!("binding the HTTP API to {}", config.http))?;
+    let address = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%address, "serving the HTTP API");
+    // Tests and scripts read the real port (after `--http 127.0.0.1:0`) from
+    // this line.
+    println!("tollgate: listening on http://{address}");
+
+    tollgate_server::serve(listener, app, shutdown_signal())
+        .await
+        .context("serving HTTP")?;
+    housekeeping.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Sweeps expired keys a few shards at a time and publishes memory use.
+async fn housekeeping(app: App<LocalStore>, memory: MemoryStore, clock: Arc<dyn Clock>) {
+    let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        memory.sweep(clock.now(), 64);
+        app.metrics().set_memory_used(memory.memory_used());
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown signal received; finishing requests in flight");
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

@@ -1,0 +1,163 @@
+//! A real `tollgate serve` process for end-to-end tests: started on a free
+//! loopback port (the server binds port 0 and prints the address it got),
+//! talked to over HTTP, stopped with SIGTERM when dropped.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use reqwest::blocking::{Client, Response};
+use serde_json::Value;
+
+/// How long a server may take to start or stop before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A running server.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    client: Client,
+}
+
+impl Server {
+    /// Starts `tollgate serve --http 127.0.0.1:0 ARGS…`.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_with_env(args, &[])
+    }
+
+    /// Starts the server with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("serve")
+            .args(["--http", "127.0.0.1:0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tollgate serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("tollgate: listening on ") {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let base = match rx.recv_timeout(PATIENCE) {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("tollgate serve did not report its address: {:?}", child.wait());
+            }
+        };
+        Server {
+            child: Some(child),
+            base,
+            client: Client::builder().timeout(PATIENCE).build().unwrap(),
+        }
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .unwrap()
+    }
+
+    /// `POST path` with raw bytes.
+    pub fn post_raw(&self, path: &str, body: impl Into<reqwest::blocking::Body>) -> Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> Response {
+        self.client.get(format!("{}{path}", self.base)).send().unwrap()
+    }
+
+    /// `DELETE path`, with a bearer token when given.
+    pub fn delete(&self, path: &str, token: Option<&str>) -> Response {
+        let mut request = self.client.delete(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().unwrap()
+    }
+
+    /// A request builder, for anything else.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `POST path` and the status and JSON body.
+    pub fn call(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = self.post(path, body);
+        let status = response.status().as_u16();
+        (status, response.json().unwrap())
+    }
+
+    /// The value of the metric sample `name{labels}` (labels as written in
+    /// the exposition, e.g. `domain="api",rule="api.user"`), 0 when absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let text = self.get("/metrics").text().unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (name, value) = l.rsplit_once(' ')?;
+                (name == sample).then(|| value.parse().unwrap())
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn stop(mut self) -> ExitStatus {
+        self.terminate().unwrap()
+    }
+
+    fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let (tx, rx) = mpsc::channel();
+        let id = child.id();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(PATIENCE) {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-KILL", &id.to_string()]).status();
+                panic!("tollgate serve did not stop after SIGTERM");
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Writes `text` to `path`.
+pub fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}

@@ -1,0 +1,132 @@
+//! The interface between servers and keyed stores: [`Store`].
+//!
+//! A server never holds per-key state itself; it names the limits and keys a
+//! request touches ([`LimitKey`]) and asks a store to decide. The interface is
+//! shaped so that both an in-process map (which evaluates the algorithm under
+//! its own locks) and a remote store (which runs the algorithm as a
+//! server-side script and reads the remote clock) can implement it: every
+//! operation is one atomic call over all the limits involved, returns a
+//! future, and takes a [`Moment`] rather than a reading of the caller's clock.
+//!
+//! This module owns the trait and its value types; it does not own any
+//! store. `tollgate-memory` provides the in-process one.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::limit::{Limit, LimitError};
+
+/// When a decision is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// The store's own clock (the remote server's time for a remote store).
+    Now,
+    /// An explicit instant, in nanoseconds since the Unix epoch: replays,
+    /// tests, and clients trusted to send their own time.
+    At(u64),
+}
+
+/// One limit applied to one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitKey<'a> {
+    /// The limit.
+    pub limit: &'a Limit,
+    /// The key it counts under (any bytes).
+    pub key: &'a [u8],
+}
+
+/// The outcome of [`Store::reserve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiReservation {
+    /// How long the caller must wait before making the call; when nothing
+    /// was booked, the wait it would have needed.
+    pub wait: Duration,
+    /// Whether the slot was booked in every limit (nothing is booked in any
+    /// otherwise).
+    pub booked: bool,
+    /// Zero when booked; otherwise how much later a reservation would fit
+    /// within `max_wait`.
+    pub retry_after: Duration,
+    /// Each request's limit as of now, after the booking, in request order;
+    /// `allowed` is `booked`.
+    pub decisions: Vec<Decision>,
+}
+
+/// Why a store could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The request is invalid for one of its limits (nothing was counted).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The store could not be reached or failed to answer.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store did not answer within the configured time.
+    #[error("store did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl StoreError {
+    /// Whether the error is the store's fault rather than the request's.
+    pub fn is_outage(&self) -> bool {
+        !matches!(self, StoreError::Limit(_))
+    }
+}
+
+/// A keyed store of limiter state: the operations a server needs, each
+/// atomic over all the limits it names.
+pub trait Store: Send + Sync + 'static {
+    /// Several limits in one all-or-nothing check: admitted only if every
+    /// limit admits `cost`; then counted in all; a rejection counts nothing
+    /// anywhere. One decision per request, in order. `cost` 0 is a peek.
+    fn check(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Books the earliest instant at which every limit admits `cost`, unless
+    /// the wait would exceed `max_wait` (no bound when `None`); then nothing
+    /// is booked anywhere.
+    fn reserve(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> impl Future<Output = Result<MultiReservation, StoreError>> + Send;
+
+    /// The earliest instant (ns since the epoch) at or after `at` at which
+    /// `cost` would be admitted, without counting anything.
+    fn next_available(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Counts `cost` at `at` even when over the limit (a call already made)
+    /// and returns the count now in the window. `stepped_window` only.
+    fn record(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Ends a `concurrency` lease; `true` when the key held it.
+    fn release(
+        &self,
+        request: LimitKey<'_>,
+        lease: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Forgets `key` under every limit (an administrative reset); returns
+    /// how many limits held it.
+    fn reset(&self, key: &[u8]) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// The store's current time, in nanoseconds since the Unix epoch.
+    fn now(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}

@@ -1,0 +1,169 @@
+//! [`LocalStore`]: the memory store and a clock, behind the core's
+//! [`Store`] trait, so a server can decide through it exactly as it would
+//! through a remote store.
+//!
+//! Every operation runs to completion on the calling thread (the locks are
+//! held for nanoseconds, never across an `.await`); the returned futures are
+//! ready at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::time::{Clock, SystemClock};
+use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError};
+
+use crate::limiter::Limiter;
+use crate::store::MemoryStore;
+
+/// A [`MemoryStore`] with the clock that answers [`Moment::Now`].
+///
+/// ```
+/// use tollgate_core::time::ManualClock;
+/// use tollgate_core::{AlgorithmName, Limit, LimitKey, Moment, Rate, Store};
+/// use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+/// use std::sync::Arc;
+///
+/// let clock = Arc::new(ManualClock::new(0));
+/// let store = LocalStore::new(MemoryStore::new(MemoryConfig::default()), clock.clone());
+/// let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_second(1).unwrap());
+/// let request = [LimitKey { limit: &limit, key: b"alice" }];
+/// let decide = |at| futures_lite_block_on(store.check(&request, at, 1));
+/// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let waker = std::task::Waker::noop();
+/// #     let mut cx = std::task::Context::from_waker(&waker);
+/// #     let mut f = std::pin::pin!(f);
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
+/// assert!(decide(Moment::Now).unwrap()[0].allowed);
+/// assert!(!decide(Moment::Now).unwrap()[0].allowed);
+/// assert!(decide(Moment::At(1_000_000_000)).unwrap()[0].allowed);
+/// ```
+#[derive(Clone)]
+pub struct LocalStore {
+    store: MemoryStore,
+    clock: Arc<dyn Clock>,
+}
+
+impl LocalStore {
+    /// `store`, reading `clock` for [`Moment::Now`].
+    pub fn new(store: MemoryStore, clock: Arc<dyn Clock>) -> LocalStore {
+        LocalStore { store, clock }
+    }
+
+    /// `store` on the system clock.
+    pub fn system(store: MemoryStore) -> LocalStore {
+        LocalStore::new(store, Arc::new(SystemClock::new()))
+    }
+
+    /// The memory store underneath (for snapshots, sweeping and metrics).
+    pub fn memory(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    fn instant(&self, at: Moment) -> u64 {
+        match at {
+            Moment::Now => self.clock.now(),
+            Moment::At(t) => t,
+        }
+    }
+
+    fn limiters(&self, requests: &[LimitKey<'_>]) -> Result<Vec<Limiter>, StoreError> {
+        requests
+            .iter()
+            .map(|r| self.store.limiter(r.limit).map_err(StoreError::from))
+            .collect()
+    }
+
+    fn check_now(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let now = self.instant(at);
+        if let [one] = requests {
+            let decision = self.store.limiter(one.limit)?.check(one.key, now, cost)?;
+            return Ok(vec![decision]);
+        }
+        let limiters = self.limiters(requests)?;
+        let pairs: Vec<(&Limiter, &[u8])> = limiters
+            .iter()
+            .zip(requests)
+            .map(|(l, r)| (l, r.key))
+            .collect();
+        Ok(self.store.check_all(&pairs, now, cost)?)
+    }
+
+    fn reserve_now(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<MultiReservation, StoreError> {
+        let now = self.instant(at);
+        let limiters = self.limiters(requests)?;
+        let pairs: Vec<(&Limiter, &[u8])> = limiters
+            .iter()
+            .zip(requests)
+            .map(|(l, r)| (l, r.key))
+            .collect();
+        Ok(self.store.reserve_all(&pairs, now, cost, max_wait)?)
+    }
+}
+
+impl Store for LocalStore {
+    async fn check(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.check_now(requests, at, cost)
+    }
+
+    async fn reserve(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<MultiReservation, StoreError> {
+        self.reserve_now(requests, at, cost, max_wait)
+    }
+
+    async fn next_available(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        let limiter = self.store.limiter(request.limit)?;
+        Ok(limiter.next_available(request.key, self.instant(at), cost)?)
+    }
+
+    async fn record(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        let limiter = self.store.limiter(request.limit)?;
+        Ok(limiter.record(request.key, self.instant(at), cost)?)
+    }
+
+    async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
+        Ok(self
+            .store
+            .limiter(request.limit)?
+            .release(request.key, lease))
+    }
+
+    async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
+        Ok(self.store.reset(key))
+    }
+
+    async fn now(&self) -> Result<u64, StoreError> {
+        Ok(self.clock.now())
+    }
+}

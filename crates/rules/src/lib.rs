@@ -1,0 +1,86 @@
+//! Rules files for tollgate: parse and validate them, resolve request
+//! descriptors to limits, and watch them for changes.
+//!
+//! The format is envoyproxy/ratelimit's: a file it accepts loads unchanged
+//! and means the same (`domain`, nested `descriptors` with `key`, optional
+//! `value` — exact, or a prefix wildcard ending in `*` — `rate_limit`,
+//! `shadow_mode`, `detailed_metric`, `unlimited`, `name` and `replaces`).
+//! tollgate adds, on each `rate_limit`, an `algorithm` (default
+//! `fixed_window`, envoy's behaviour), `burst`, `step`, `window` and
+//! `lease_ttl`, and a list form `rate_limits:` for several limits on one
+//! descriptor. `docs/rules.md` describes the format and where tollgate
+//! differs from envoy.
+//!
+//! This crate does no networking and runs no async runtime; the server
+//! calls [`RuleSet::resolve`] on its hot path (no allocation beyond the
+//! answer's vector) and keeps the [`RuleSet`] a [`watch::RulesWatcher`]
+//! hands it.
+//!
+//! # Example
+//!
+//! ```
+//! use tollgate_rules::RuleSet;
+//!
+//! let yaml = r#"
+//! domain: messaging
+//! descriptors:
+//!   - key: message_type
+//!     value: marketing
+//!     descriptors:
+//!       - key: to_number
+//!         rate_limit:
+//!           unit: day
+//!           requests_per_unit: 5
+//!   - key: to_number
+//!     rate_limit:
+//!       unit: day
+//!       requests_per_unit: 100
+//!       algorithm: token_bucket
+//!       burst: 10
+//! "#;
+//! let rules = RuleSet::from_yaml(yaml, "messaging.yaml").unwrap();
+//! let request = [
+//!     vec![("message_type", "marketing"), ("to_number", "2061111111")],
+//!     vec![("to_number", "2061111111")],
+//! ];
+//! let resolved = rules.resolve("messaging", &request).unwrap();
+//!
+//! let marketing = resolved[0].unwrap();
+//! assert_eq!(marketing.rule().id(), "messaging.message_type_marketing.to_number");
+//! assert_eq!(marketing.rule().reported_limits()[0].requests_per_unit, 5);
+//!
+//! let any_number = resolved[1].unwrap();
+//! assert_eq!(any_number.rule().limits()[0].burst, Some(10));
+//! // Each phone number has its own counter.
+//! let other = [vec![("to_number", "2062222222")]];
+//! let other = rules.resolve("messaging", &other).unwrap();
+//! assert_ne!(any_number.counter_key(), other[0].unwrap().counter_key());
+//! ```
+//!
+//! # Layout
+//!
+//! - `yaml`: text to a tree of nodes with line and column, bounded.
+//! - `parse`: the schema — a tree to a validated [`Domain`], every error
+//!   with its place.
+//! - `rule`: [`Rule`], [`RateLimitUnit`], [`ReportedLimit`], counter keys.
+//! - `matcher`: [`Domain`] and matching one descriptor to one rule.
+//! - `resolve`: [`Descriptor`], [`Resolved`], and `replaces`.
+//! - `ruleset`: [`RuleSet`], reading files and directories.
+//! - [`watch`]: [`watch::RulesWatcher`], reloading on change.
+//! - `error`: [`RulesError`], [`ErrorKind`], [`UnknownDomain`].
+
+mod error;
+mod matcher;
+mod parse;
+mod resolve;
+mod rule;
+mod ruleset;
+pub mod watch;
+mod yaml;
+
+pub use error::{ErrorKind, Location, RulesError, UnknownDomain};
+pub use matcher::Domain;
+pub use resolve::{Descriptor, Resolved};
+pub use rule::{PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch};
+pub use ruleset::{RuleSet, MAX_FILE_BYTES};
+pub use yaml::{MAX_DEPTH, MAX_NODES};

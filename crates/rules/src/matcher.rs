@@ -1,0 +1,190 @@
+//! A domain's rules as a lookup tree, and matching one request descriptor
+//! to at most one rule, the way envoyproxy/ratelimit's `GetLimit`
+//! (`src/config/config_impl.go`) does.
+//!
+//! Entries are walked one by one from the top level. At each level the
+//! entry's key picks the candidates, tried in this order: the descriptor
+//! with exactly the entry's value; then the wildcard descriptors (`value`
+//! ending in `*`, a prefix match) in file order; then the key-only
+//! descriptor. There is no backtracking: once a candidate is taken, a
+//! later mismatch deeper down means no rule. A rule applies only when the
+//! walk ends on the request's last entry at a descriptor that has a
+//! `rate_limit`; a matched descriptor without one gives no rule.
+//!
+//! This module owns the tree and the walk; building it from YAML is
+//! `parse`, and `replaces` across descriptors is `resolve`.
+
+use std::collections::HashMap;
+
+use crate::resolve::Descriptor;
+use crate::rule::{Rule, ValueMatch};
+
+/// Index of a node in a domain's node list.
+pub(crate) type NodeId = usize;
+
+/// The descriptors of one level that share a key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyBranch {
+    exact: HashMap<String, NodeId>,
+    /// (prefix, node), in file order.
+    prefixes: Vec<(String, NodeId)>,
+    any: Option<NodeId>,
+}
+
+impl KeyBranch {
+    fn find(&self, value: &str) -> Option<NodeId> {
+        self.exact
+            .get(value)
+            .copied()
+            .or_else(|| {
+                self.prefixes
+                    .iter()
+                    .find(|(p, _)| value.starts_with(p.as_str()))
+                    .map(|(_, n)| *n)
+            })
+            .or(self.any)
+    }
+
+    fn slot(&mut self, value: &ValueMatch) -> Option<NodeId> {
+        match value {
+            ValueMatch::Exact(v) => self.exact.get(v).copied(),
+            ValueMatch::Prefix(p) => self.prefixes.iter().find(|(q, _)| q == p).map(|(_, n)| *n),
+            ValueMatch::Any => self.any,
+        }
+    }
+}
+
+/// One node of the tree: a descriptor of the file.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TreeNode {
+    /// Index into the domain's rules, when the descriptor has a rate limit.
+    rule: Option<usize>,
+    /// Its nested descriptors, by key.
+    children: HashMap<String, KeyBranch>,
+    /// The line of the descriptor, for duplicate errors.
+    line: usize,
+}
+
+/// One domain: its rules and the tree that finds them.
+#[derive(Debug, Clone)]
+pub struct Domain {
+    name: String,
+    file: String,
+    line: usize,
+    nodes: Vec<TreeNode>,
+    rules: Vec<Rule>,
+    has_replaces: bool,
+}
+
+impl PartialEq for Domain {
+    /// Domains are equal when they hold equal rules (file and lines aside).
+    fn eq(&self, other: &Domain) -> bool {
+        self.name == other.name && self.rules == other.rules
+    }
+}
+
+impl Domain {
+    pub(crate) fn new(name: String, file: String, line: usize) -> Domain {
+        Domain {
+            name,
+            file,
+            line,
+            nodes: vec![TreeNode::default()],
+            rules: Vec::new(),
+            has_replaces: false,
+        }
+    }
+
+    /// The domain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The file that defines it.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The line of its `domain:` field.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// Every rule, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The rule with this [`id`](Rule::id), if any.
+    pub fn rule(&self, id: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.id() == id)
+    }
+
+    /// The rule that applies to one request descriptor, without `replaces`
+    /// (which needs the request's other descriptors: see
+    /// [`RuleSet::resolve`](crate::RuleSet::resolve)). Allocates nothing.
+    pub fn find<D: Descriptor + ?Sized>(&self, descriptor: &D) -> Option<&Rule> {
+        let last = descriptor.len().checked_sub(1)?;
+        let mut node = &self.nodes[0];
+        for i in 0..=last {
+            let (key, value) = descriptor.entry(i);
+            let next = node.children.get(key)?.find(value)?;
+            node = &self.nodes[next];
+            if i == last {
+                return node.rule.map(|r| &self.rules[r]);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn has_replaces(&self) -> bool {
+        self.has_replaces
+    }
+
+    /// The node for `value` under key `key` below `parent`, if the level
+    /// already has one (a duplicate), with its line.
+    pub(crate) fn existing(
+        &mut self,
+        parent: NodeId,
+        key: &str,
+        value: &ValueMatch,
+    ) -> Option<usize> {
+        let id = self.nodes[parent].children.get_mut(key)?.slot(value)?;
+        Some(self.nodes[id].line)
+    }
+
+    /// Adds a descriptor below `parent`; the caller has checked it is new.
+    pub(crate) fn add(
+        &mut self,
+        parent: NodeId,
+        key: &str,
+        value: ValueMatch,
+        line: usize,
+    ) -> NodeId {
+        let id = self.nodes.len();
+        self.nodes.push(TreeNode {
+            rule: None,
+            children: HashMap::new(),
+            line,
+        });
+        let branch = self.nodes[parent]
+            .children
+            .entry(key.to_string())
+            .or_default();
+        match value {
+            ValueMatch::Exact(v) => {
+                branch.exact.insert(v, id);
+            }
+            ValueMatch::Prefix(p) => branch.prefixes.push((p, id)),
+            ValueMatch::Any => branch.any = Some(id),
+        }
+        id
+    }
+
+    /// Gives `node` its rule.
+    pub(crate) fn set_rule(&mut self, node: NodeId, rule: Rule) {
+        self.has_replaces |= !rule.replaces.is_empty();
+        self.nodes[node].rule = Some(self.rules.len());
+        self.rules.push(rule);
+    }
+}

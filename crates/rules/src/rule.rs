@@ -1,0 +1,380 @@
+//! A validated rule: what one descriptor of a rules file says, ready for the
+//! server to apply — its limits, flags, names, and what envoy's gRPC answer
+//! reports about it.
+//!
+//! This module owns [`Rule`] and the small types it exposes; matching a
+//! request to a rule is `matcher`, and building rules from YAML is `parse`.
+
+use std::fmt::{self, Write as _};
+
+use tollgate_core::Limit;
+
+use crate::resolve::Descriptor;
+
+/// envoyproxy/ratelimit's units (`RateLimitResponse.RateLimit.Unit`), with
+/// their wire numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RateLimitUnit {
+    /// 1 s.
+    Second = 1,
+    /// 60 s.
+    Minute = 2,
+    /// 3,600 s.
+    Hour = 3,
+    /// 86,400 s.
+    Day = 4,
+    /// 30 days, as envoyproxy/ratelimit counts a month.
+    Month = 5,
+    /// 365 days, as envoyproxy/ratelimit counts a year.
+    Year = 6,
+    /// 7 days.
+    Week = 7,
+}
+
+impl RateLimitUnit {
+    /// Every unit, shortest first.
+    pub const ALL: [RateLimitUnit; 7] = [
+        RateLimitUnit::Second,
+        RateLimitUnit::Minute,
+        RateLimitUnit::Hour,
+        RateLimitUnit::Day,
+        RateLimitUnit::Week,
+        RateLimitUnit::Month,
+        RateLimitUnit::Year,
+    ];
+
+    /// The unit's length in seconds (month = 30 days, year = 365 days,
+    /// as in envoyproxy/ratelimit's `UnitToDivider`).
+    pub fn seconds(self) -> u64 {
+        match self {
+            RateLimitUnit::Second => 1,
+            RateLimitUnit::Minute => 60,
+            RateLimitUnit::Hour => 3_600,
+            RateLimitUnit::Day => 86_400,
+            RateLimitUnit::Week => 7 * 86_400,
+            RateLimitUnit::Month => 30 * 86_400,
+            RateLimitUnit::Year => 365 * 86_400,
+        }
+    }
+
+    /// The upper-case name used in envoy's protos (`SECOND`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitUnit::Second => "SECOND",
+            RateLimitUnit::Minute => "MINUTE",
+            RateLimitUnit::Hour => "HOUR",
+            RateLimitUnit::Day => "DAY",
+            RateLimitUnit::Week => "WEEK",
+            RateLimitUnit::Month => "MONTH",
+            RateLimitUnit::Year => "YEAR",
+        }
+    }
+
+    /// Parses a unit name in any case (`second`, `SECOND`, `Second`), as
+    /// envoyproxy/ratelimit does.
+    pub fn from_name(name: &str) -> Option<RateLimitUnit> {
+        Self::ALL
+            .into_iter()
+            .find(|u| u.as_str().eq_ignore_ascii_case(name))
+    }
+
+    /// The unit that best names a window of `nanos`: the exact unit when the
+    /// window is one whole unit, otherwise the nearest on a logarithmic
+    /// scale (ties go to the longer unit, which understates the rate).
+    ///
+    /// ```
+    /// use tollgate_rules::RateLimitUnit;
+    /// let s = 1_000_000_000;
+    /// assert_eq!(RateLimitUnit::nearest(60 * s), RateLimitUnit::Minute);
+    /// assert_eq!(RateLimitUnit::nearest(90 * s), RateLimitUnit::Minute);
+    /// assert_eq!(RateLimitUnit::nearest(12 * 3600 * s), RateLimitUnit::Day);
+    /// assert_eq!(RateLimitUnit::nearest(s / 2), RateLimitUnit::Second);
+    /// ```
+    pub fn nearest(nanos: u64) -> RateLimitUnit {
+        let secs = nanos as f64 / 1e9;
+        let mut best = RateLimitUnit::Second;
+        let mut best_distance = f64::INFINITY;
+        for unit in Self::ALL {
+            let distance = (secs / unit.seconds() as f64).ln().abs();
+            if distance <= best_distance {
+                best = unit;
+                best_distance = distance;
+            }
+        }
+        best
+    }
+}
+
+impl fmt::Display for RateLimitUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What envoy's `RateLimitResponse.RateLimit` reports for one limit:
+/// `requests_per_unit` per `unit`.
+///
+/// For a limit given with `unit`, these are exactly the file's values. For a
+/// `window:` limit, `requests_per_unit` is the limit's `N` and `unit` is
+/// [`RateLimitUnit::nearest`] the window; the real period is the limit's
+/// `rate.period()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReportedLimit {
+    /// The count.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: RateLimitUnit,
+}
+
+/// How one level of a rule's path matches a request entry's value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ValueMatch {
+    /// `value: x` — exactly `x`.
+    Exact(String),
+    /// `value: x*` — any value starting with `x` (the trailing `*` removed).
+    Prefix(String),
+    /// No `value` — any value; each distinct value gets its own counter.
+    Any,
+}
+
+/// One level of a rule's path: the key and how its value matches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PathStep {
+    /// The descriptor entry's key.
+    pub key: String,
+    /// How the entry's value matches.
+    pub value: ValueMatch,
+}
+
+/// One rule: the descriptor of a rules file that a request descriptor
+/// matched, with everything the server needs to apply it.
+///
+/// Rules compare equal when they would behave the same, wherever in the
+/// files they are written, so a server can keep counters and metrics of the
+/// rules a reload did not change.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub(crate) id: String,
+    pub(crate) domain: String,
+    pub(crate) path: Vec<PathStep>,
+    pub(crate) name: Option<String>,
+    pub(crate) replaces: Vec<String>,
+    pub(crate) limits: Vec<Limit>,
+    pub(crate) reported: Vec<ReportedLimit>,
+    pub(crate) unlimited: bool,
+    pub(crate) denies_all: bool,
+    pub(crate) shadow_mode: bool,
+    pub(crate) detailed_metric: bool,
+    pub(crate) key_prefix: Vec<u8>,
+    pub(crate) line: usize,
+}
+
+impl PartialEq for Rule {
+    fn eq(&self, other: &Rule) -> bool {
+        // `line` (and the precomputed key prefix, which follows from the
+        // path) are left out: moving a rule in its file changes nothing.
+        self.id == other.id
+            && self.domain == other.domain
+            && self.path == other.path
+            && self.name == other.name
+            && self.replaces == other.replaces
+            && self.limits == other.limits
+            && self.reported == other.reported
+            && self.unlimited == other.unlimited
+            && self.denies_all == other.denies_all
+            && self.shadow_mode == other.shadow_mode
+            && self.detailed_metric == other.detailed_metric
+    }
+}
+
+impl Eq for Rule {}
+
+impl Rule {
+    /// A stable, human-readable path naming the rule, as envoyproxy/ratelimit
+    /// names its stats: the domain, then each level's `key` or `key_value`,
+    /// joined by dots, e.g. `messaging.message_type_marketing.to_number`.
+    /// Use it as the metric label.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The domain the rule belongs to.
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The levels of the rule's path, outermost first.
+    pub fn path(&self) -> &[PathStep] {
+        &self.path
+    }
+
+    /// The rule's `name`, if given (what `replaces` refers to, and the name
+    /// in the `RateLimit` headers).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The names of the rules this one replaces when both apply to a request.
+    pub fn replaces(&self) -> &[String] {
+        &self.replaces
+    }
+
+    /// The limits to check, all-or-nothing; empty for an
+    /// [`unlimited`](Rule::unlimited) rule and for one that
+    /// [`denies_all`](Rule::denies_all).
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// What envoy's gRPC answer reports for each limit, in the order of
+    /// [`limits`](Rule::limits); for a rule that denies all, one entry with
+    /// `requests_per_unit` 0; empty when unlimited.
+    pub fn reported_limits(&self) -> &[ReportedLimit] {
+        &self.reported
+    }
+
+    /// `unlimited: true`: always allowed, never counted (envoy answers OK
+    /// with `limit_remaining` 4294967295).
+    pub fn unlimited(&self) -> bool {
+        self.unlimited
+    }
+
+    /// `requests_per_unit: 0`: every request is over the limit, as in
+    /// envoyproxy/ratelimit (its README uses this to block an address).
+    pub fn denies_all(&self) -> bool {
+        self.denies_all
+    }
+
+    /// `shadow_mode: true`: evaluate and count, report in metrics, but never
+    /// reject.
+    pub fn shadow_mode(&self) -> bool {
+        self.shadow_mode
+    }
+
+    /// `detailed_metric: true`: metrics carry the request's values (see
+    /// [`metric_label`](Rule::metric_label)).
+    pub fn detailed_metric(&self) -> bool {
+        self.detailed_metric
+    }
+
+    /// The line of the rules file where the rule's descriptor starts.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The metric label for a request this rule matched: [`id`](Rule::id),
+    /// and with `detailed_metric`, `_value` appended for each level matched
+    /// by a wildcard or key-only descriptor (the levels whose value the id
+    /// does not already name), as envoyproxy/ratelimit appends the value.
+    pub fn metric_label<D: Descriptor + ?Sized>(&self, descriptor: &D) -> String {
+        if !self.detailed_metric {
+            return self.id.clone();
+        }
+        let mut label = self.id.clone();
+        for (i, step) in self.path.iter().enumerate() {
+            if matches!(step.value, ValueMatch::Exact(_)) {
+                continue;
+            }
+            if i < descriptor.len() {
+                let _ = write!(label, "_{}", descriptor.entry(i).1);
+            }
+        }
+        label
+    }
+
+    /// Writes the store key for `descriptor` under this rule into `buf`
+    /// (appending): the domain and rule path (precomputed), then each of the
+    /// request's values, every part length-prefixed (`len:bytes`), so no two
+    /// different (domain, rule, values) give the same key.
+    ///
+    /// Every request value is part of the key, as in envoyproxy/ratelimit's
+    /// cache key: key-only and wildcard levels give one counter per distinct
+    /// value; exact levels have one value, so one counter.
+    pub fn write_counter_key<D: Descriptor + ?Sized>(&self, descriptor: &D, buf: &mut Vec<u8>) {
+        buf.extend_from_slice(&self.key_prefix);
+        for i in 0..descriptor.len() {
+            push_part(buf, descriptor.entry(i).1.as_bytes());
+        }
+    }
+
+    /// The store key for `descriptor` under this rule (see
+    /// [`write_counter_key`](Rule::write_counter_key)).
+    pub fn counter_key<D: Descriptor + ?Sized>(&self, descriptor: &D) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(self.key_prefix.len() + 16 * descriptor.len());
+        self.write_counter_key(descriptor, &mut buf);
+        buf
+    }
+}
+
+/// Appends `len:bytes`.
+pub(crate) fn push_part(buf: &mut Vec<u8>, part: &[u8]) {
+    let mut digits = [0u8; 20];
+    let mut n = part.len();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
+    buf.push(b':');
+    buf.extend_from_slice(part);
+}
+
+/// The precomputed part of a rule's counter keys: a version tag, the
+/// domain, and each path step's key, match kind and pattern.
+pub(crate) fn key_prefix(domain: &str, path: &[PathStep]) -> Vec<u8> {
+    let mut buf = b"tg1|".to_vec();
+    push_part(&mut buf, domain.as_bytes());
+    for step in path {
+        push_part(&mut buf, step.key.as_bytes());
+        match &step.value {
+            ValueMatch::Exact(v) => {
+                buf.push(b'=');
+                push_part(&mut buf, v.as_bytes());
+            }
+            ValueMatch::Prefix(p) => {
+                buf.push(b'*');
+                push_part(&mut buf, p.as_bytes());
+            }
+            ValueMatch::Any => buf.push(b'?'),
+        }
+    }
+    buf.push(b'|');
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_parse_in_any_case_and_have_envoy_lengths() {
+        assert_eq!(
+            RateLimitUnit::from_name("second"),
+            Some(RateLimitUnit::Second)
+        );
+        assert_eq!(
+            RateLimitUnit::from_name("MONTH"),
+            Some(RateLimitUnit::Month)
+        );
+        assert_eq!(RateLimitUnit::from_name("Week"), Some(RateLimitUnit::Week));
+        assert_eq!(RateLimitUnit::from_name("unknown"), None);
+        assert_eq!(RateLimitUnit::from_name("seconds"), None);
+        assert_eq!(RateLimitUnit::Month.seconds(), 2_592_000);
+        assert_eq!(RateLimitUnit::Year.seconds(), 31_536_000);
+        assert_eq!(RateLimitUnit::Week as i32, 7);
+    }
+
+    #[test]
+    fn parts_are_length_prefixed() {
+        let mut buf = Vec::new();
+        push_part(&mut buf, b"");
+        push_part(&mut buf, b"a:b");
+        push_part(&mut buf, &[b'x'; 12]);
+        assert_eq!(buf, b"0:3:a:b12:xxxxxxxxxxxx".to_vec());
+    }
+}

@@ -1,0 +1,139 @@
+//! [`App`]: the state every route shares — the store, the rules in force,
+//! the metrics and the settings — and [`router`], which maps paths to
+//! routes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use tollgate_core::Store;
+use tollgate_rules::{RuleSet, RulesError};
+
+use crate::metrics::Metrics;
+use crate::routes;
+use crate::settings::Settings;
+
+/// The decision service's shared state. Cheap to clone.
+pub struct App<S> {
+    inner: Arc<Shared<S>>,
+}
+
+impl<S> Clone for App<S> {
+    fn clone(&self) -> Self {
+        App {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Shared<S> {
+    store: S,
+    rules: ArcSwap<RuleSet>,
+    rules_path: Option<PathBuf>,
+    metrics: Metrics,
+    settings: Settings,
+}
+
+impl<S: Store> App<S> {
+    /// The service over `store`, deciding by `rules`.
+    ///
+    /// `rules_path` is where the rules came from, for reloads; `None` when
+    /// the service runs without rules files.
+    pub fn new(
+        store: S,
+        rules: RuleSet,
+        rules_path: Option<PathBuf>,
+        settings: Settings,
+    ) -> App<S> {
+        App {
+            inner: Arc::new(Shared {
+                store,
+                rules: ArcSwap::from_pointee(rules),
+                rules_path,
+                metrics: Metrics::new(),
+                settings,
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The rules in force now.
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.inner.rules.load_full()
+    }
+
+    /// Where the rules are loaded from, if anywhere.
+    pub fn rules_path(&self) -> Option<&Path> {
+        self.inner.rules_path.as_deref()
+    }
+
+    /// Puts a reload's outcome in force: new rules for every request that
+    /// starts from now on, or, when loading failed, the previous rules kept
+    /// and the failure logged with its file:line:reason. Either way the
+    /// reload is counted.
+    pub fn apply_reload(&self, loaded: Result<RuleSet, RulesError>) -> Result<(), RulesError> {
+        match loaded {
+            Ok(rules) => {
+                self.inner.rules.store(Arc::new(rules));
+                self.inner.metrics.reloaded(true);
+                tracing::info!("rules reloaded");
+                Ok(())
+            }
+            Err(error) => {
+                self.inner.metrics.reloaded(false);
+                tracing::error!(%error, "rules reload failed; keeping the previous rules");
+                Err(error)
+            }
+        }
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+}
+
+/// Every route of the HTTP API (SPEC §5) over `app`.
+pub fn router<S: Store>(app: App<S>) -> Router {
+    Router::new()
+        .route("/v1/check", post(routes::decision::check::<S>))
+        .route("/v1/reserve", post(routes::decision::reserve::<S>))
+        .route("/v1/release", post(routes::decision::release::<S>))
+        .route("/v1/keys/{key}", delete(routes::admin::reset_key::<S>))
+        .route("/v1/rules/reload", post(routes::admin::reload_rules::<S>))
+        .route("/json", post(routes::envoy_json::should_rate_limit::<S>))
+        .route("/increment", post(routes::databox::increment::<S>))
+        .route("/delay", get(routes::databox::delay::<S>))
+        .route("/healthz", get(routes::health::healthz))
+        .route("/readyz", get(routes::health::readyz::<S>))
+        .route("/metrics", get(routes::health::metrics::<S>))
+        .fallback(routes::health::not_found)
+        .with_state(app)
+}
+
+/// The routes [`router`] serves, as `(method, path)` pairs in OpenAPI path
+/// syntax (the OpenAPI test compares them with `docs/openapi.yaml`).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/check"),
+    ("post", "/v1/reserve"),
+    ("post", "/v1/release"),
+    ("delete", "/v1/keys/{key}"),
+    ("post", "/v1/rules/reload"),
+    ("post", "/json"),
+    ("post", "/increment"),
+    ("get", "/delay"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+];

@@ -1,0 +1,135 @@
+//! [`ApiError`]: the one place where a refusal of bad input or a store
+//! failure becomes an HTTP status and the `{"error": {"code", "message"}}`
+//! body. Handlers return `ApiError`s; they never pick status codes of their
+//! own.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use tollgate_core::{LimitError, StoreError};
+
+/// An error answered to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable snake_case code for programs.
+    pub code: &'static str,
+    /// One line for people, naming the bad value.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A `400` with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A `401` for admin routes.
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "this route needs the admin bearer token".into(),
+        }
+    }
+
+    /// A `404` for a path that names nothing.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+        }
+    }
+
+    /// A `413` for a body over the size limit.
+    pub fn body_too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "body_too_large",
+            message: format!("request body is over the {limit}-byte limit"),
+        }
+    }
+}
+
+impl From<LimitError> for ApiError {
+    fn from(error: LimitError) -> ApiError {
+        let code = match &error {
+            LimitError::UnknownAlgorithm { .. } => "unknown_algorithm",
+            LimitError::Rate(_) => "invalid_rate",
+            LimitError::CostTooLarge { .. } => "cost_too_large",
+            LimitError::ReservationUnsupported => "reservation_unsupported",
+            LimitError::Burst { .. }
+            | LimitError::Step { .. }
+            | LimitError::Storage { .. }
+            | LimitError::LeaseTtl { .. }
+            | LimitError::Option { .. } => "invalid_limit",
+        };
+        ApiError::bad_request(code, error.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::Limit(e) => ApiError::from(e),
+            outage => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "store_unavailable",
+                message: outage.to_string(),
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_errors_are_bad_requests_with_their_own_codes() {
+        let e = ApiError::from(LimitError::CostTooLarge {
+            cost: 11,
+            capacity: 10,
+        });
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.code, "cost_too_large");
+        assert!(e.message.contains("11"));
+    }
+
+    #[test]
+    fn store_outages_are_service_unavailable() {
+        let e = ApiError::from(StoreError::Unavailable("connection refused".into()));
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code, "store_unavailable");
+    }
+}

@@ -1,0 +1,78 @@
+//! Request decoding shared by the routes: a JSON body read under the size
+//! limit, and the admin bearer-token check.
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request};
+use axum::http::header::AUTHORIZATION;
+use axum::http::HeaderMap;
+use serde::de::DeserializeOwned;
+use tollgate_core::Store;
+
+use crate::app::App;
+use crate::error::ApiError;
+
+/// A JSON body decoded strictly: over the size limit is `413`, anything
+/// that is not the expected JSON is `400 malformed_json` naming the problem.
+#[derive(Debug)]
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<S: Store, T: DeserializeOwned> FromRequest<App<S>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, app: &App<S>) -> Result<Self, ApiError> {
+        let limit = app.settings().max_body_bytes;
+        let bytes = read_body(request.into_body(), limit).await?;
+        decode(&bytes).map(JsonBody)
+    }
+}
+
+/// Reads a body of at most `limit` bytes.
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::body_too_large(limit))
+}
+
+/// Decodes JSON, naming what is wrong and where.
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request("malformed_json", format!("request body: {e}")))
+}
+
+/// Refuses the request unless it carries the admin token (when one is set).
+pub(crate) fn require_admin<S: Store>(app: &App<S>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = app.settings().admin_token.as_deref() else {
+        return Ok(());
+    };
+    let presented = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(presented.as_bytes(), token.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how much
+/// of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
+        assert!(!constant_time_eq(b"secret!", b"secret"));
+    }
+}

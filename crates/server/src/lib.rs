@@ -1,0 +1,42 @@
+//! tollgate's decision service: the HTTP API of SPEC §5 around a
+//! [`Store`](tollgate_core::Store), with rules, metrics and snapshots.
+//!
+//! A request travels one way: a route decodes it (`wire`, `extract`),
+//! `target` validates it, `decide` (or `envoy`) resolves rules and asks the
+//! store, and `answer` / `error` turn the outcome into a status, headers
+//! (`headers`) and a JSON body. Nothing here reads a clock: the store
+//! decides what "now" is, unless a trusted client sends `at_ms`.
+//!
+//! # Layout
+//!
+//! - `app`: [`App`], the shared state, and [`router`].
+//! - `serve`: [`serve`], the listener loop with graceful shutdown.
+//! - `settings`: [`Settings`].
+//! - `wire`: the JSON bodies.
+//! - `extract`: body size limit, strict JSON decoding, the admin token.
+//! - `target`: request validation into a [`Target`](target::Target).
+//! - `decide`: checks, reservations and releases, inline and rules-based.
+//! - `envoy`: envoyproxy/ratelimit's `ShouldRateLimit`, for `/json` (and
+//!   gRPC).
+//! - `answer`, `error`: the one place decisions and errors become HTTP.
+//! - `headers`: the rate-limit headers of SPEC §7.
+//! - `metrics`: the Prometheus registry.
+//! - `routes`: one module per group of routes.
+
+pub mod answer;
+pub mod app;
+pub mod decide;
+pub mod envoy;
+pub mod error;
+mod extract;
+pub mod headers;
+pub mod metrics;
+mod routes;
+mod serve;
+pub mod settings;
+pub mod target;
+pub mod wire;
+
+pub use app::{router, App, ROUTES};
+pub use serve::serve;
+pub use settings::Settings;

@@ -1,0 +1,315 @@
+//! [`Metrics`]: every counter and histogram the service exports, in the
+//! Prometheus text format (`GET /metrics`).
+//!
+//! Per-rule counters carry two labels, `domain` and `rule` (the rule's path,
+//! e.g. `api.user`), so their number is bounded by the rules files. Inline
+//! limits of `/v1/check` all count under `rule="inline"`, whatever limit the
+//! client sent. Only a rule with `detailed_metric: true` adds the request's
+//! values to its `rule` label, and even then at most
+//! [`MAX_DETAILED_SERIES`] distinct labels are created; later values count
+//! under `<rule>_other`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tollgate_core::Decision;
+
+/// The most distinct `rule` labels created for `detailed_metric` rules.
+pub const MAX_DETAILED_SERIES: usize = 10_000;
+
+/// The labels of per-rule counters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// The rules domain; empty for inline limits.
+    pub domain: String,
+    /// The rule's path, `inline` for inline limits.
+    pub rule: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+/// How one rule's decision counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted.
+    Allowed,
+    /// Rejected, and the rejection was enforced.
+    Rejected,
+    /// Rejected by a rule in shadow mode: reported, not enforced.
+    ShadowRejected,
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+/// The service's metrics registry and handles.
+pub struct Metrics {
+    registry: Registry,
+    total: Family<RuleLabels, Counter>,
+    allowed: Family<RuleLabels, Counter>,
+    rejected: Family<RuleLabels, Counter>,
+    shadow_rejected: Family<RuleLabels, Counter>,
+    near_limit: Family<RuleLabels, Counter>,
+    latency: HistogramFamily,
+    reloads: Family<ResultLabels, Counter>,
+    snapshots: Family<ResultLabels, Counter>,
+    store_errors: Counter,
+    memory_used: Gauge,
+    detailed: Mutex<HashSet<String>>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 5 µs to about 40 ms.
+    Histogram::new(exponential_buckets(5e-6, 2.0, 14))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered at zero.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tollgate");
+        let metrics = Metrics {
+            registry: Registry::default(),
+            total: Family::default(),
+            allowed: Family::default(),
+            rejected: Family::default(),
+            shadow_rejected: Family::default(),
+            near_limit: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            reloads: Family::default(),
+            snapshots: Family::default(),
+            store_errors: Counter::default(),
+            memory_used: Gauge::default(),
+            detailed: Mutex::new(HashSet::new()),
+        };
+        registry.register(
+            "requests",
+            "Decisions taken, per rule",
+            metrics.total.clone(),
+        );
+        registry.register(
+            "allowed",
+            "Decisions that admitted the request, per rule",
+            metrics.allowed.clone(),
+        );
+        registry.register(
+            "rejected",
+            "Decisions that rejected the request, per rule",
+            metrics.rejected.clone(),
+        );
+        registry.register(
+            "shadow_rejected",
+            "Rejections by rules in shadow mode (reported, not enforced), per rule",
+            metrics.shadow_rejected.clone(),
+        );
+        registry.register(
+            "near_limit",
+            "Admissions that used more than 80% of the limit, per rule",
+            metrics.near_limit.clone(),
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "Time to decide a request, per route",
+            metrics.latency.clone(),
+        );
+        registry.register(
+            "rules_reloads",
+            "Rules reloads, by result",
+            metrics.reloads.clone(),
+        );
+        registry.register(
+            "snapshots",
+            "Snapshot saves, by result",
+            metrics.snapshots.clone(),
+        );
+        registry.register(
+            "store_errors",
+            "Store operations that failed",
+            metrics.store_errors.clone(),
+        );
+        registry.register(
+            "memory_store_used_bytes",
+            "Bytes held by the memory store (its cap bounds this)",
+            metrics.memory_used.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Counts one rule's decision under the label `rule` (the rule's path),
+    /// or, for a `detailed_metric` rule, under `detailed` (the path with the
+    /// request's values) while fewer than [`MAX_DETAILED_SERIES`] exist.
+    pub fn count(
+        &self,
+        domain: &str,
+        rule: &str,
+        detailed: Option<&str>,
+        decision: &Decision,
+        verdict: Verdict,
+    ) {
+        let rule = match detailed {
+            Some(label) => self.detailed_label(rule, label),
+            None => rule.to_owned(),
+        };
+        let labels = RuleLabels {
+            domain: domain.to_owned(),
+            rule,
+        };
+        self.total.get_or_create(&labels).inc();
+        match verdict {
+            Verdict::Allowed => {
+                self.allowed.get_or_create(&labels).inc();
+                if near_limit(decision) {
+                    self.near_limit.get_or_create(&labels).inc();
+                }
+            }
+            Verdict::Rejected => {
+                self.rejected.get_or_create(&labels).inc();
+            }
+            Verdict::ShadowRejected => {
+                self.shadow_rejected.get_or_create(&labels).inc();
+            }
+        }
+    }
+
+    fn detailed_label(&self, rule: &str, label: &str) -> String {
+        let mut seen = self.detailed.lock();
+        if seen.contains(label) || seen.len() < MAX_DETAILED_SERIES {
+            seen.insert(label.to_owned());
+            return label.to_owned();
+        }
+        format!("{rule}_other")
+    }
+
+    /// Records how long a decision on `route` took.
+    pub fn observe_latency(&self, route: &'static str, elapsed: Duration) {
+        self.latency
+            .get_or_create(&RouteLabels { route })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a rules reload.
+    pub fn reloaded(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a snapshot save.
+    pub fn snapshot_saved(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.snapshots.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a failed store operation.
+    pub fn store_error(&self) {
+        self.store_errors.inc();
+    }
+
+    /// Failed store operations so far (for `/readyz`).
+    pub fn store_errors(&self) -> u64 {
+        self.store_errors.get()
+    }
+
+    /// Sets the memory store's usage gauge.
+    pub fn set_memory_used(&self, bytes: usize) {
+        self.memory_used
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Whether an admitted decision used more than 80% of its limit (the
+/// threshold envoyproxy/ratelimit reports as "near limit").
+pub fn near_limit(decision: &Decision) -> bool {
+    let used = decision.limit.saturating_sub(decision.remaining);
+    decision.allowed && u128::from(used) * 5 > u128::from(decision.limit) * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(limit: u64, remaining: u64) -> Decision {
+        Decision {
+            allowed: true,
+            limit,
+            remaining,
+            ..Decision::default()
+        }
+    }
+
+    #[test]
+    fn near_limit_is_past_eighty_percent() {
+        assert!(!near_limit(&decision(10, 2)));
+        assert!(near_limit(&decision(10, 1)));
+        assert!(!near_limit(&Decision {
+            allowed: false,
+            ..decision(10, 0)
+        }));
+    }
+
+    #[test]
+    fn counters_appear_in_the_exposition() {
+        let m = Metrics::new();
+        m.count("api", "api.user", None, &decision(10, 1), Verdict::Allowed);
+        m.count("api", "api.user", None, &decision(10, 0), Verdict::Rejected);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"tollgate_requests_total{domain="api",rule="api.user"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tollgate_near_limit_total{domain="api",rule="api.user"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tollgate_rejected_total{domain="api",rule="api.user"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn detailed_labels_are_capped() {
+        let m = Metrics::new();
+        for i in 0..MAX_DETAILED_SERIES + 5 {
+            m.count(
+                "d",
+                "d.k",
+                Some(&format!("d.k_{i}")),
+                &decision(10, 9),
+                Verdict::Allowed,
+            );
+        }
+        assert_eq!(m.detailed.lock().len(), MAX_DETAILED_SERIES);
+        assert!(m.encode().contains(r#"rule="d.k_other"} 5"#));
+    }
+}

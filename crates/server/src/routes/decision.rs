@@ -1,0 +1,78 @@
+//! `POST /v1/check`, `POST /v1/reserve` and `POST /v1/release`.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::Json;
+use tollgate_core::Store;
+
+use crate::answer::Answer;
+use crate::app::App;
+use crate::decide;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::target::{cost, moment, Target};
+use crate::wire::{DecisionBody, DecisionRequest, ReleasedBody};
+
+/// `POST /v1/check`.
+pub(crate) async fn check<S: Store>(
+    State(app): State<App<S>>,
+    JsonBody(request): JsonBody<DecisionRequest>,
+) -> Result<Answer<DecisionBody>, ApiError> {
+    let started = Instant::now();
+    refuse_field("max_wait_ms", request.max_wait_ms.is_some(), "/v1/reserve")?;
+    refuse_field("lease", request.lease.is_some(), "/v1/release")?;
+    let target = Target::of(&request, app.settings())?;
+    let at = moment(app.settings(), request.at_ms)?;
+    let answer = decide::check(&app, &target, at, cost(request.cost)).await;
+    app.metrics().observe_latency("check", started.elapsed());
+    answer
+}
+
+/// `POST /v1/reserve`.
+pub(crate) async fn reserve<S: Store>(
+    State(app): State<App<S>>,
+    JsonBody(request): JsonBody<DecisionRequest>,
+) -> Result<Answer<DecisionBody>, ApiError> {
+    let started = Instant::now();
+    refuse_field("lease", request.lease.is_some(), "/v1/release")?;
+    let target = Target::of(&request, app.settings())?;
+    let at = moment(app.settings(), request.at_ms)?;
+    let max_wait = request.max_wait_ms.map(Duration::from_millis);
+    let answer = decide::reserve(&app, &target, at, cost(request.cost), max_wait).await;
+    app.metrics().observe_latency("reserve", started.elapsed());
+    answer
+}
+
+/// `POST /v1/release`.
+pub(crate) async fn release<S: Store>(
+    State(app): State<App<S>>,
+    JsonBody(request): JsonBody<DecisionRequest>,
+) -> Result<Json<ReleasedBody>, ApiError> {
+    for (field, given) in [
+        ("cost", request.cost.is_some()),
+        ("at_ms", request.at_ms.is_some()),
+        ("max_wait_ms", request.max_wait_ms.is_some()),
+    ] {
+        refuse_field(field, given, "/v1/check")?;
+    }
+    let Some(lease) = request.lease else {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "\"lease\" is required: the lease a concurrency check handed out",
+        ));
+    };
+    let target = Target::of(&request, app.settings())?;
+    decide::release(&app, &target, lease).await.map(Json)
+}
+
+fn refuse_field(field: &str, given: bool, belongs_to: &str) -> Result<(), ApiError> {
+    if given {
+        Err(ApiError::bad_request(
+            "invalid_request",
+            format!("field \"{field}\" belongs to {belongs_to}, not to this route"),
+        ))
+    } else {
+        Ok(())
+    }
+}

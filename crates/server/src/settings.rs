@@ -1,0 +1,38 @@
+//! [`Settings`]: the service's behaviour switches, validated once by the
+//! binary and passed in.
+
+/// How the decision service behaves. `Default` is what `tollgate serve`
+/// uses without flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Honour `at_ms` in requests (client-side deployments and tests).
+    pub trust_client_time: bool,
+    /// Bearer token that admin routes require; admin routes are open when
+    /// `None`.
+    pub admin_token: Option<String>,
+    /// Largest accepted request body, in bytes (larger answers `413`).
+    pub max_body_bytes: usize,
+    /// Longest accepted key (inline key, Databox id, descriptor value), in
+    /// bytes.
+    pub max_key_bytes: usize,
+    /// Most descriptors in one request, and most entries in one descriptor.
+    pub max_descriptors: usize,
+    /// Global shadow mode: decide, count, report, never reject.
+    pub shadow: bool,
+    /// Send the rate-limit headers of SPEC §7 with decisions.
+    pub headers: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            trust_client_time: false,
+            admin_token: None,
+            max_body_bytes: 64 * 1024,
+            max_key_bytes: 1024,
+            max_descriptors: 64,
+            shadow: false,
+            headers: true,
+        }
+    }
+}

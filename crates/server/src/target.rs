@@ -1,0 +1,298 @@
+//! [`Target`]: what a decision request is about, validated — an inline
+//! limit and key, or a rules domain and its descriptors — plus the request's
+//! decision time. Everything a client can get wrong is refused here, before
+//! any store is asked.
+
+use std::time::Duration;
+
+use tollgate_core::rate::parse_duration;
+use tollgate_core::time::NANOS_PER_MS;
+use tollgate_core::{AlgorithmName, Limit, Moment, Rate};
+
+use crate::error::ApiError;
+use crate::settings::Settings;
+use crate::wire::{DecisionRequest, DescriptorSpec, LimitSpec};
+
+/// Store keys of inline limits (and Databox ids) start with this byte, rules
+/// counters with [`RULES_KEY_PREFIX`], so a client can never name a rule's
+/// counter as an inline key.
+pub const INLINE_KEY_PREFIX: u8 = b'i';
+/// See [`INLINE_KEY_PREFIX`].
+pub const RULES_KEY_PREFIX: u8 = b'r';
+
+/// A validated decision request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One limit given in the request, counted under `key` (store key,
+    /// prefixed).
+    Inline {
+        /// The store key.
+        key: Vec<u8>,
+        /// The limit.
+        limit: Limit,
+    },
+    /// A rules domain and the request's descriptors.
+    Rules {
+        /// The domain.
+        domain: String,
+        /// Each descriptor's (key, value) entries.
+        descriptors: Vec<Vec<(String, String)>>,
+    },
+}
+
+impl Target {
+    /// The target of `request`: either `key` and `limit`, or `domain` and
+    /// `descriptors`.
+    pub fn of(request: &DecisionRequest, settings: &Settings) -> Result<Target, ApiError> {
+        match (
+            &request.key,
+            &request.limit,
+            &request.domain,
+            &request.descriptors,
+        ) {
+            (Some(key), Some(limit), None, None) => Ok(Target::Inline {
+                key: store_key(key, settings)?,
+                limit: limit_of(limit)?,
+            }),
+            (None, None, Some(domain), Some(descriptors)) => Ok(Target::Rules {
+                domain: nonempty("domain", domain)?.to_owned(),
+                descriptors: descriptors_of(descriptors, settings)?,
+            }),
+            (Some(_), None, None, None) => {
+                Err(invalid("an inline request needs \"limit\" beside \"key\""))
+            }
+            (None, Some(_), None, None) => {
+                Err(invalid("an inline request needs \"key\" beside \"limit\""))
+            }
+            (None, None, Some(_), None) => Err(invalid(
+                "a rules-based request needs \"descriptors\" beside \"domain\"",
+            )),
+            (None, None, None, Some(_)) => Err(invalid(
+                "a rules-based request needs \"domain\" beside \"descriptors\"",
+            )),
+            (None, None, None, None) => Err(invalid(
+                "give either \"key\" and \"limit\", or \"domain\" and \"descriptors\"",
+            )),
+            _ => Err(invalid(
+                "give either \"key\" and \"limit\" or \"domain\" and \"descriptors\", not both",
+            )),
+        }
+    }
+}
+
+/// The store key of an inline key or Databox id.
+pub fn store_key(key: &str, settings: &Settings) -> Result<Vec<u8>, ApiError> {
+    nonempty("key", key)?;
+    if key.len() > settings.max_key_bytes {
+        return Err(ApiError::bad_request(
+            "key_too_long",
+            format!(
+                "key is {} bytes long; the limit is {}",
+                key.len(),
+                settings.max_key_bytes
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(key.len() + 1);
+    out.push(INLINE_KEY_PREFIX);
+    out.extend_from_slice(key.as_bytes());
+    Ok(out)
+}
+
+/// The limit an inline `limit` object describes (options are checked when
+/// the store builds it).
+pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
+    let algorithm = match spec.algorithm.as_deref() {
+        Some(name) => name.parse::<AlgorithmName>()?,
+        None => AlgorithmName::TokenBucket,
+    };
+    let rate: Rate = spec
+        .rate
+        .parse()
+        .map_err(|e| ApiError::bad_request("invalid_rate", format!("{e}")))?;
+    let mut limit = Limit::new(algorithm, rate);
+    limit.burst = spec.burst;
+    limit.step = spec
+        .step
+        .as_deref()
+        .map(|s| duration("step", s))
+        .transpose()?;
+    limit.lease_ttl = spec
+        .lease_ttl
+        .as_deref()
+        .map(|s| duration("lease_ttl", s))
+        .transpose()?;
+    limit.build()?;
+    Ok(limit)
+}
+
+/// A duration field such as `"1s"`.
+pub fn duration(field: &str, text: &str) -> Result<Duration, ApiError> {
+    parse_duration(text)
+        .map_err(|e| ApiError::bad_request("invalid_limit", format!("{field}: {e}")))
+}
+
+fn descriptors_of(
+    descriptors: &[DescriptorSpec],
+    settings: &Settings,
+) -> Result<Vec<Vec<(String, String)>>, ApiError> {
+    if descriptors.is_empty() {
+        return Err(invalid("\"descriptors\" is empty"));
+    }
+    if descriptors.len() > settings.max_descriptors {
+        return Err(invalid(format!(
+            "{} descriptors; at most {} are accepted",
+            descriptors.len(),
+            settings.max_descriptors
+        )));
+    }
+    descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if d.entries.is_empty() {
+                return Err(invalid(format!("descriptor {i} has no entries")));
+            }
+            if d.entries.len() > settings.max_descriptors {
+                return Err(invalid(format!(
+                    "descriptor {i} has {} entries; at most {} are accepted",
+                    d.entries.len(),
+                    settings.max_descriptors
+                )));
+            }
+            d.entries
+                .iter()
+                .map(|e| {
+                    nonempty("descriptor entry key", &e.key)?;
+                    if e.key.len() + e.value.len() > settings.max_key_bytes {
+                        return Err(ApiError::bad_request(
+                            "key_too_long",
+                            format!(
+                                "descriptor {i} entry {:?} is over the {}-byte limit",
+                                e.key, settings.max_key_bytes
+                            ),
+                        ));
+                    }
+                    Ok((e.key.clone(), e.value.clone()))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The decision time: `at_ms` when the server trusts client time, the
+/// store's clock otherwise.
+pub fn moment(settings: &Settings, at_ms: Option<u64>) -> Result<Moment, ApiError> {
+    match at_ms {
+        Some(ms) if settings.trust_client_time => ms
+            .checked_mul(NANOS_PER_MS)
+            .filter(|&ns| ns < 1 << 62)
+            .map(Moment::At)
+            .ok_or_else(|| invalid(format!("at_ms {ms} is out of range"))),
+        _ => Ok(Moment::Now),
+    }
+}
+
+/// The request's cost: 1 when absent.
+pub fn cost(cost: Option<u64>) -> u64 {
+    cost.unwrap_or(1)
+}
+
+fn nonempty<'a>(field: &str, value: &'a str) -> Result<&'a str, ApiError> {
+    if value.is_empty() {
+        Err(invalid(format!("{field} must not be empty")))
+    } else {
+        Ok(value)
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_request", message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::EntrySpec;
+
+    fn inline(key: &str, rate: &str) -> DecisionRequest {
+        DecisionRequest {
+            key: Some(key.into()),
+            limit: Some(LimitSpec {
+                algorithm: Some("gcra".into()),
+                rate: rate.into(),
+                burst: None,
+                step: None,
+                lease_ttl: None,
+            }),
+            ..DecisionRequest::default()
+        }
+    }
+
+    #[test]
+    fn inline_keys_are_prefixed_and_bounded() {
+        let s = Settings::default();
+        let Target::Inline { key, limit } = Target::of(&inline("u1", "10/s"), &s).unwrap() else {
+            panic!("not inline");
+        };
+        assert_eq!(key, b"iu1");
+        assert_eq!(limit.algorithm, AlgorithmName::Gcra);
+        let long = "k".repeat(s.max_key_bytes + 1);
+        assert_eq!(
+            Target::of(&inline(&long, "10/s"), &s).unwrap_err().code,
+            "key_too_long"
+        );
+        assert_eq!(
+            Target::of(&inline("", "10/s"), &s).unwrap_err().code,
+            "invalid_request"
+        );
+    }
+
+    #[test]
+    fn bad_limits_name_the_value() {
+        let s = Settings::default();
+        let e = Target::of(&inline("u", "10/fortnight"), &s).unwrap_err();
+        assert_eq!(e.code, "invalid_rate");
+        assert!(e.message.contains("fortnight"), "{}", e.message);
+        let mut r = inline("u", "10/s");
+        r.limit.as_mut().unwrap().algorithm = Some("magic".into());
+        assert_eq!(Target::of(&r, &s).unwrap_err().code, "unknown_algorithm");
+    }
+
+    #[test]
+    fn mixed_or_missing_targets_are_refused() {
+        let s = Settings::default();
+        let mut r = inline("u", "1/s");
+        r.domain = Some("api".into());
+        assert_eq!(Target::of(&r, &s).unwrap_err().code, "invalid_request");
+        let empty = DecisionRequest {
+            domain: Some("api".into()),
+            descriptors: Some(vec![DescriptorSpec { entries: vec![] }]),
+            ..DecisionRequest::default()
+        };
+        assert!(Target::of(&empty, &s)
+            .unwrap_err()
+            .message
+            .contains("no entries"));
+        let ok = DecisionRequest {
+            domain: Some("api".into()),
+            descriptors: Some(vec![DescriptorSpec {
+                entries: vec![EntrySpec {
+                    key: "user".into(),
+                    value: "42".into(),
+                }],
+            }]),
+            ..DecisionRequest::default()
+        };
+        assert!(matches!(Target::of(&ok, &s).unwrap(), Target::Rules { .. }));
+    }
+
+    #[test]
+    fn client_time_only_when_trusted() {
+        let mut s = Settings::default();
+        assert_eq!(moment(&s, Some(5)).unwrap(), Moment::Now);
+        s.trust_client_time = true;
+        assert_eq!(moment(&s, Some(5)).unwrap(), Moment::At(5_000_000));
+        assert!(moment(&s, Some(u64::MAX)).is_err());
+    }
+}
