@@ -6,6 +6,7 @@
 //! held for nanoseconds, never across an `.await`); the returned futures are
 //! ready at once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,12 +43,18 @@ use crate::store::MemoryStore;
 pub struct LocalStore {
     store: MemoryStore,
     clock: Arc<dyn Clock>,
+    /// The latest explicit [`Moment::At`] seen (0 before any).
+    latest_at: Arc<AtomicU64>,
 }
 
 impl LocalStore {
     /// `store`, reading `clock` for [`Moment::Now`].
     pub fn new(store: MemoryStore, clock: Arc<dyn Clock>) -> LocalStore {
-        LocalStore { store, clock }
+        LocalStore {
+            store,
+            clock,
+            latest_at: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// `store` on the system clock.
@@ -60,10 +67,25 @@ impl LocalStore {
         &self.store
     }
 
+    /// The time up to which expired states may be swept: the clock's now,
+    /// or, once callers have sent explicit times (replays, trusted client
+    /// time), no later than the latest of those — a state that expired by
+    /// the wall clock may still be live at the times callers send.
+    pub fn sweep_horizon(&self) -> u64 {
+        let now = self.clock.now();
+        match self.latest_at.load(Ordering::Relaxed) {
+            0 => now,
+            latest => latest.min(now),
+        }
+    }
+
     fn instant(&self, at: Moment) -> u64 {
         match at {
             Moment::Now => self.clock.now(),
-            Moment::At(t) => t,
+            Moment::At(t) => {
+                self.latest_at.fetch_max(t, Ordering::Relaxed);
+                t
+            }
         }
     }
 
@@ -165,5 +187,41 @@ impl Store for LocalStore {
 
     async fn now(&self) -> Result<u64, StoreError> {
         Ok(self.clock.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::time::ManualClock;
+    use tollgate_core::{AlgorithmName, Limit, Rate};
+
+    fn ready<F: std::future::Future>(f: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => unreachable!("local store futures are ready at once"),
+        }
+    }
+
+    #[test]
+    fn sweeping_never_passes_the_times_callers_send() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let store = LocalStore::new(MemoryStore::new(Default::default()), clock.clone());
+        assert_eq!(store.sweep_horizon(), 1_000);
+        let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_second(1).unwrap());
+        let request = [LimitKey {
+            limit: &limit,
+            key: b"k",
+        }];
+        ready(store.check(&request, Moment::At(400), 1)).unwrap();
+        assert_eq!(store.sweep_horizon(), 400);
+        // A state counted at a replayed time survives a sweep at the horizon.
+        store.memory().sweep(store.sweep_horizon(), usize::MAX);
+        assert!(!ready(store.check(&request, Moment::At(400), 1)).unwrap()[0].allowed);
+        ready(store.check(&request, Moment::At(5_000), 0)).unwrap();
+        assert_eq!(store.sweep_horizon(), 1_000, "never past the clock");
     }
 }

@@ -56,7 +56,7 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
             let _ = app.apply_reload(loaded);
         })
     });
-    let housekeeping = tokio::spawn(housekeeping(app.clone(), memory.clone(), clock));
+    let housekeeping = tokio::spawn(housekeeping(app.clone()));
 
     let listener = TcpListener::bind(config.http)
         .await
@@ -76,13 +76,14 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
 }
 
 /// Sweeps expired keys a few shards at a time and publishes memory use.
-async fn housekeeping(app: App<LocalStore>, memory: MemoryStore, clock: Arc<dyn Clock>) {
+async fn housekeeping(app: App<LocalStore>) {
     let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        memory.sweep(clock.now(), 64);
-        app.metrics().set_memory_used(memory.memory_used());
+        let store = app.store();
+        store.memory().sweep(store.sweep_horizon(), 64);
+        app.metrics().set_memory_used(store.memory().memory_used());
     }
 }
 

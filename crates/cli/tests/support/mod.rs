@@ -14,24 +14,24 @@ use reqwest::blocking::{Client, Response};
 use serde_json::Value;
 
 /// How long a server may take to start or stop before a test fails.
-pub const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A running server.
-pub struct Server {
+pub(crate) struct Server {
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`.
-    pub base: String,
+    pub(crate) base: String,
     client: Client,
 }
 
 impl Server {
     /// Starts `tollgate serve --http 127.0.0.1:0 ARGS…`.
-    pub fn start(args: &[&str]) -> Server {
+    pub(crate) fn start(args: &[&str]) -> Server {
         Server::start_with_env(args, &[])
     }
 
     /// Starts the server with extra environment variables.
-    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+    pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .arg("serve")
             .args(["--http", "127.0.0.1:0"])
@@ -55,7 +55,10 @@ impl Server {
             Ok(base) => base,
             Err(_) => {
                 let _ = child.kill();
-                panic!("tollgate serve did not report its address: {:?}", child.wait());
+                panic!(
+                    "tollgate serve did not report its address: {:?}",
+                    child.wait()
+                );
             }
         };
         Server {
@@ -66,7 +69,7 @@ impl Server {
     }
 
     /// `POST path` with a JSON body.
-    pub fn post(&self, path: &str, body: &Value) -> Response {
+    pub(crate) fn post(&self, path: &str, body: &Value) -> Response {
         self.client
             .post(format!("{}{path}", self.base))
             .json(body)
@@ -75,7 +78,11 @@ impl Server {
     }
 
     /// `POST path` with raw bytes.
-    pub fn post_raw(&self, path: &str, body: impl Into<reqwest::blocking::Body>) -> Response {
+    pub(crate) fn post_raw(
+        &self,
+        path: &str,
+        body: impl Into<reqwest::blocking::Body>,
+    ) -> Response {
         self.client
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")
@@ -85,12 +92,15 @@ impl Server {
     }
 
     /// `GET path`.
-    pub fn get(&self, path: &str) -> Response {
-        self.client.get(format!("{}{path}", self.base)).send().unwrap()
+    pub(crate) fn get(&self, path: &str) -> Response {
+        self.client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .unwrap()
     }
 
     /// `DELETE path`, with a bearer token when given.
-    pub fn delete(&self, path: &str, token: Option<&str>) -> Response {
+    pub(crate) fn delete(&self, path: &str, token: Option<&str>) -> Response {
         let mut request = self.client.delete(format!("{}{path}", self.base));
         if let Some(token) = token {
             request = request.bearer_auth(token);
@@ -99,12 +109,12 @@ impl Server {
     }
 
     /// A request builder, for anything else.
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
     /// `POST path` and the status and JSON body.
-    pub fn call(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) fn call(&self, path: &str, body: &Value) -> (u16, Value) {
         let response = self.post(path, body);
         let status = response.status().as_u16();
         (status, response.json().unwrap())
@@ -112,7 +122,7 @@ impl Server {
 
     /// The value of the metric sample `name{labels}` (labels as written in
     /// the exposition, e.g. `domain="api",rule="api.user"`), 0 when absent.
-    pub fn metric(&self, sample: &str) -> f64 {
+    pub(crate) fn metric(&self, sample: &str) -> f64 {
         let text = self.get("/metrics").text().unwrap();
         text.lines()
             .filter(|l| !l.starts_with('#'))
@@ -124,7 +134,7 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits for the process to exit.
-    pub fn stop(mut self) -> ExitStatus {
+    pub(crate) fn stop(mut self) -> ExitStatus {
         self.terminate().unwrap()
     }
 
@@ -141,7 +151,9 @@ impl Server {
         match rx.recv_timeout(PATIENCE) {
             Ok(status) => status.ok(),
             Err(_) => {
-                let _ = Command::new("kill").args(["-KILL", &id.to_string()]).status();
+                let _ = Command::new("kill")
+                    .args(["-KILL", &id.to_string()])
+                    .status();
                 panic!("tollgate serve did not stop after SIGTERM");
             }
         }
@@ -158,6 +170,6 @@ impl Drop for Server {
 }
 
 /// Writes `text` to `path`.
-pub fn write(path: &Path, text: &str) {
+pub(crate) fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
