@@ -121,21 +121,20 @@ pub async fn should_rate_limit<S: Store>(
     // An unknown domain matches nothing (envoyproxy/ratelimit answers OK).
     // Only rules and keys are kept: a `Resolved` borrows the request and is
     // not held across the store's `.await`.
-    let matched: Vec<Option<Matched<'_>>> =
-        match rules.resolve(&request.domain, &entries) {
-            Ok(resolved) => resolved
-                .iter()
-                .map(|r| {
-                    r.as_ref().map(|r| {
-                        let mut key = vec![RULES_KEY_PREFIX];
-                        r.write_counter_key(&mut key);
-                        let detailed = r.rule().detailed_metric().then(|| r.metric_label());
-                        (r.rule(), key, detailed)
-                    })
+    let matched: Vec<Option<Matched<'_>>> = match rules.resolve(&request.domain, &entries) {
+        Ok(resolved) => resolved
+            .iter()
+            .map(|r| {
+                r.as_ref().map(|r| {
+                    let mut key = vec![RULES_KEY_PREFIX];
+                    r.write_counter_key(&mut key);
+                    let detailed = r.rule().detailed_metric().then(|| r.metric_label());
+                    (r.rule(), key, detailed)
                 })
-                .collect(),
-            Err(_) => vec![None; entries.len()],
-        };
+            })
+            .collect(),
+        Err(_) => vec![None; entries.len()],
+    };
     let known_domain = rules.domain(&request.domain).is_some();
     let global_shadow = app.settings().shadow;
 
