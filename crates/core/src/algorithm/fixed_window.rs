@@ -6,6 +6,7 @@
 //! begins, plain checks are rejected (they do not jump the queue of booked
 //! requests), and further reservations fill that window or the next.
 
+use super::codec::{put_u64, Reader, StateCodec};
 use super::tally::{queued, Instants, Tally};
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -123,5 +124,18 @@ impl Algorithm for FixedWindow {
         } else {
             self.window_end(state.window)
         }
+    }
+}
+
+impl StateCodec for FixedWindow {
+    fn encode_state(&self, state: &FixedWindowState, out: &mut Vec<u8>) {
+        put_u64(out, state.window);
+        put_u64(out, state.count);
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<FixedWindowState> {
+        let window = input.u64()?;
+        let count = input.u64()?;
+        (count <= self.capacity()).then_some(FixedWindowState { window, count })
     }
 }

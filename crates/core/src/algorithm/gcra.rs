@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use super::codec::{put_u128, Reader, StateCodec};
 use super::bucket::BucketMath;
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -116,5 +117,15 @@ impl Algorithm for Gcra {
     fn expires_at(&self, state: &GcraState) -> u64 {
         let tat = state.tat;
         u64::try_from(tat.div_ceil(u128::from(self.math.n))).unwrap_or(u64::MAX)
+    }
+}
+
+impl StateCodec for Gcra {
+    fn encode_state(&self, state: &GcraState, out: &mut Vec<u8>) {
+        put_u128(out, state.tat);
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<GcraState> {
+        Some(GcraState { tat: input.u128()? })
     }
 }

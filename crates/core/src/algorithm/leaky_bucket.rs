@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use super::codec::{put_u128, put_u64, Reader, StateCodec};
 use super::bucket::BucketMath;
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -138,5 +139,19 @@ impl Algorithm for LeakyBucket {
     fn expires_at(&self, state: &LeakyBucketState) -> u64 {
         let queue = state.queue;
         state.last.saturating_add(self.math.nanos_for(queue))
+    }
+}
+
+impl StateCodec for LeakyBucket {
+    fn encode_state(&self, state: &LeakyBucketState, out: &mut Vec<u8>) {
+        put_u128(out, state.queue);
+        put_u64(out, state.last);
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<LeakyBucketState> {
+        Some(LeakyBucketState {
+            queue: input.u128()?,
+            last: input.u64()?,
+        })
     }
 }

@@ -12,6 +12,7 @@
 //! no I/O.
 
 mod bucket;
+pub mod codec;
 mod concurrency;
 mod fixed_window;
 mod gcra;
@@ -26,6 +27,7 @@ mod token_bucket;
 
 use std::time::Duration;
 
+pub use codec::StateCodec;
 pub use concurrency::{Concurrency, ConcurrencyState};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};

@@ -7,6 +7,7 @@
 //! leaving lets a cost fit are then a short scan from the front or a binary
 //! search. The first two marks live inside the value; more move to the heap.
 
+use super::codec::{put_len, put_u64, Reader, MAX_ENTRIES};
 use super::small_deque::SmallDeque;
 
 /// Marks kept inside the value before they move to the heap: a key checked
@@ -110,6 +111,47 @@ impl RunningTotals {
 
     pub(crate) fn heap_bytes(&self) -> usize {
         self.marks.heap_bytes()
+    }
+}
+
+
+impl RunningTotals {
+    /// Appends the marks: the dropped total, the count, then each mark.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.dropped_total);
+        put_len(out, self.marks.len());
+        for mark in self.marks.iter() {
+            put_u64(out, mark.at);
+            put_u64(out, mark.total);
+        }
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote; `None` unless positions
+    /// strictly increase and totals never decrease from the dropped total.
+    pub(crate) fn decode(input: &mut Reader<'_>) -> Option<RunningTotals> {
+        let dropped_total = input.u64()?;
+        let len = input.len(MAX_ENTRIES)?;
+        let mut totals = RunningTotals {
+            marks: SmallDeque::new(),
+            dropped_total,
+        };
+        let mut previous: Option<Mark> = None;
+        for _ in 0..len {
+            let mark = Mark {
+                at: input.u64()?,
+                total: input.u64()?,
+            };
+            let in_order = match previous {
+                Some(p) => p.at < mark.at && p.total <= mark.total,
+                None => dropped_total <= mark.total,
+            };
+            if !in_order {
+                return None;
+            }
+            totals.marks.push_back(mark);
+            previous = Some(mark);
+        }
+        Some(totals)
     }
 }
 

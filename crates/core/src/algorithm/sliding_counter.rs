@@ -7,6 +7,7 @@
 //! `booked_until`; before that instant plain checks are rejected (they do not
 //! jump the queue of booked requests).
 
+use super::codec::{put_u64, Reader, StateCodec};
 use super::tally::{queued, Instants, Tally};
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -173,5 +174,23 @@ impl Algorithm for SlidingWindowCounter {
     fn expires_at(&self, state: &SlidingWindowCounterState) -> u64 {
         self.quiet_from(state.window, state.prev, state.curr)
             .max(state.booked_until)
+    }
+}
+
+impl StateCodec for SlidingWindowCounter {
+    fn encode_state(&self, state: &SlidingWindowCounterState, out: &mut Vec<u8>) {
+        for v in [state.window, state.prev, state.curr, state.booked_until] {
+            put_u64(out, v);
+        }
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<SlidingWindowCounterState> {
+        let state = SlidingWindowCounterState {
+            window: input.u64()?,
+            prev: input.u64()?,
+            curr: input.u64()?,
+            booked_until: input.u64()?,
+        };
+        (state.prev <= self.capacity() && state.curr <= self.capacity()).then_some(state)
     }
 }

@@ -9,6 +9,7 @@
 //! jump the queue of booked requests). The first two entries live inside the
 //! state; only a longer log moves to the heap.
 
+use super::codec::{Reader, StateCodec};
 use super::running_totals::RunningTotals;
 use super::tally::{queued, Instants, Tally};
 use super::{Algorithm, Slot};
@@ -137,6 +138,19 @@ impl Algorithm for SlidingWindowLog {
 
     fn heap_bytes(&self, state: &SlidingWindowLogState) -> usize {
         state.log.heap_bytes()
+    }
+}
+
+
+impl StateCodec for SlidingWindowLog {
+    fn encode_state(&self, state: &SlidingWindowLogState, out: &mut Vec<u8>) {
+        state.log.encode(out);
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<SlidingWindowLogState> {
+        Some(SlidingWindowLogState {
+            log: RunningTotals::decode(input)?,
+        })
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::codec::{Reader, StateCodec};
 use super::running_totals::RunningTotals;
 use super::tally::{queued, Instants, Tally};
 use super::{Algorithm, Slot};
@@ -230,6 +231,19 @@ impl Algorithm for SteppedWindow {
 
     fn heap_bytes(&self, state: &SteppedWindowState) -> usize {
         state.steps.heap_bytes()
+    }
+}
+
+
+impl StateCodec for SteppedWindow {
+    fn encode_state(&self, state: &SteppedWindowState, out: &mut Vec<u8>) {
+        state.steps.encode(out);
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<SteppedWindowState> {
+        Some(SteppedWindowState {
+            steps: RunningTotals::decode(input)?,
+        })
     }
 }
 

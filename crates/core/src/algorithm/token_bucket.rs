@@ -18,6 +18,7 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use super::codec::{put_i128, put_u64, Reader, StateCodec};
 use super::bucket::BucketMath;
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -231,5 +232,21 @@ impl<S: TokenStorage> Algorithm for TokenBucket<S> {
         state
             .last
             .saturating_add(self.math.nanos_for(to_unsigned(missing)))
+    }
+}
+
+impl<S: TokenStorage> StateCodec for TokenBucket<S> {
+    fn encode_state(&self, state: &TokenBucketState<S>, out: &mut Vec<u8>) {
+        put_i128(out, state.tokens.load());
+        put_u64(out, state.last);
+    }
+
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<TokenBucketState<S>> {
+        let tokens = input.i128()?;
+        let last = input.u64()?;
+        S::holds(tokens.unsigned_abs()).then(|| TokenBucketState {
+            tokens: S::store(tokens),
+            last,
+        })
     }
 }
