@@ -9,6 +9,7 @@
 use std::fmt;
 
 use hashbrown::HashTable;
+use tollgate_core::Decision;
 
 use crate::budget::Budget;
 use crate::fingerprint::Fingerprint;
@@ -139,6 +140,39 @@ impl<A: Keyed> Shard<A> {
             self.insert(cx, fp, state, now);
         }
         result
+    }
+
+    /// Checks `cost` (validated, non-zero) at `now` for `fp` and counts it
+    /// when admitted: [`update`](Self::update) with the algorithm's evaluate
+    /// and commit written out, so that the hot path inlines them and builds
+    /// its decision in place.
+    #[inline(always)]
+    pub(crate) fn check(
+        &mut self,
+        cx: Ctx<'_, A>,
+        fp: Fingerprint,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let alg = cx.alg;
+        let mut fresh = None;
+        let (state, held) = match self.get_mut(fp) {
+            Some(state) => (state, true),
+            None => (fresh.insert(alg.new_state()), false),
+        };
+        let before = if held { alg.heap_bytes(state) } else { 0 };
+        let mut decision = alg.evaluate(state, now, cost);
+        if !decision.allowed {
+            return decision;
+        }
+        decision.lease = alg.commit(state, now, cost);
+        if held && alg.heap_bytes(state) != before {
+            self.settle_heap(cx, fp, before, now);
+        }
+        if let Some(state) = fresh {
+            self.insert(cx, fp, state, now);
+        }
+        decision
     }
 
     /// Forgets `fp`; `true` when it was held.
