@@ -73,7 +73,7 @@ impl Keyed for SlidingWindowCounter {
 }
 
 impl Keyed for Concurrency {
-    type Line = ();
+    type Line = Line64;
 }
 
 impl Keyed for SteppedWindow {

@@ -302,7 +302,7 @@ mod tests {
         assert_eq!(size_of::<Entry<SlidingWindowCounter>>(), 48);
         assert_eq!(size_of::<Entry<SlidingWindowLog>>(), 64);
         assert_eq!(size_of::<Entry<SteppedWindow>>(), 64);
-        assert_eq!(size_of::<Entry<Concurrency>>(), 88);
+        assert_eq!(size_of::<Entry<Concurrency>>(), 64);
     }
 
     #[test]
@@ -312,5 +312,6 @@ mod tests {
         assert_eq!(align_of::<Entry<FixedWindow>>(), 32);
         assert_eq!(align_of::<Entry<SlidingWindowLog>>(), 64);
         assert_eq!(align_of::<Entry<SteppedWindow>>(), 64);
+        assert_eq!(align_of::<Entry<Concurrency>>(), 64);
     }
 }
