@@ -6,16 +6,15 @@
 //! waits on another lock. Which keys it drops, and why, is described in the
 //! crate docs.
 
-use tollgate_core::Algorithm;
-
 use crate::fingerprint::Fingerprint;
 use crate::footprint::{buckets_for, full_capacity, table_bytes, MIN_BUCKETS};
+use crate::keyed::Keyed;
 use crate::shard::{Ctx, Entry, Shard};
 
 /// Divisor of the share of a shard evicted at once: an eighth.
 const EVICT_SHARE: usize = 8;
 
-impl<A: Algorithm> Shard<A> {
+impl<A: Keyed> Shard<A> {
     /// Frees something in this shard, never `protect`: expired states first,
     /// else the earliest-expiring eighth. `false` when nothing could go.
     pub(crate) fn relieve(
@@ -71,11 +70,7 @@ impl<A: Algorithm> Shard<A> {
     }
 
     /// Drops the states for which `doomed` holds, releasing their heap bytes.
-    fn drop_where(
-        &mut self,
-        cx: Ctx<'_, A>,
-        mut doomed: impl FnMut(&Entry<A::State>) -> bool,
-    ) -> usize {
+    fn drop_where(&mut self, cx: Ctx<'_, A>, mut doomed: impl FnMut(&Entry<A>) -> bool) -> usize {
         let mut dropped = 0;
         let mut heap = 0;
         self.table.retain(|e| {
@@ -110,7 +105,7 @@ impl<A: Algorithm> Shard<A> {
             return;
         }
         let target = len.saturating_mul(2).max(full_capacity(MIN_BUCKETS));
-        let new_bytes = table_bytes::<Entry<A::State>>(buckets_for(target));
+        let new_bytes = table_bytes::<Entry<A>>(buckets_for(target));
         if buckets_for(target) >= buckets || !cx.budget.try_reserve(new_bytes) {
             return;
         }
@@ -135,7 +130,7 @@ mod tests {
     use super::*;
     use crate::budget::Budget;
     use crate::fingerprint::Seed;
-    use tollgate_core::algorithm::FixedWindow;
+    use tollgate_core::algorithm::{Algorithm, FixedWindow};
     use tollgate_core::time::NANOS_PER_SEC;
     use tollgate_core::Rate;
 

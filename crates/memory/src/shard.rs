@@ -6,28 +6,51 @@
 //! every allocation it makes. Making room when the budget is full lives in
 //! `evict.rs`; locking lives in `table.rs`.
 
+use std::fmt;
+
 use hashbrown::HashTable;
-use tollgate_core::Algorithm;
+use tollgate_core::Decision;
 
 use crate::budget::Budget;
 use crate::fingerprint::Fingerprint;
 use crate::footprint::{full_capacity, grown_buckets, table_bytes, MIN_BUCKETS};
+use crate::keyed::Keyed;
 
 /// How many times a shard tries to free memory before it gives up on one
 /// allocation. Each round drops at least one entry (usually an eighth).
 pub(crate) const RELIEF_ROUNDS: usize = 64;
 
 /// One key: its fingerprint and its state; nothing else (expiry comes from
-/// [`Algorithm::expires_at`]).
-#[derive(Debug)]
-pub(crate) struct Entry<S> {
+/// [`Algorithm::expires_at`](tollgate_core::Algorithm::expires_at)). The
+/// zero-sized `line` field aligns the entry as [`Keyed::Line`] asks, so that
+/// one entry never straddles two cache lines.
+pub(crate) struct Entry<A: Keyed> {
     pub(crate) fp: Fingerprint,
-    pub(crate) state: S,
+    pub(crate) state: A::State,
+    /// Read by nothing: it is there for its alignment.
+    _line: A::Line,
 }
 
-impl<S> Entry<S> {
+impl<A: Keyed> Entry<A> {
+    pub(crate) fn new(fp: Fingerprint, state: A::State) -> Self {
+        Entry {
+            fp,
+            state,
+            _line: A::Line::default(),
+        }
+    }
+
     pub(crate) fn hash(&self) -> u64 {
         self.fp.table_hash()
+    }
+}
+
+impl<A: Keyed> fmt::Debug for Entry<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("fp", &self.fp)
+            .field("state", &self.state)
+            .finish()
     }
 }
 
@@ -49,13 +72,13 @@ impl<A> Copy for Ctx<'_, A> {}
 
 /// The keys of one shard.
 #[derive(Debug)]
-pub(crate) struct Shard<A: Algorithm> {
-    pub(crate) table: HashTable<Entry<A::State>>,
+pub(crate) struct Shard<A: Keyed> {
+    pub(crate) table: HashTable<Entry<A>>,
     /// The table's allocation as accounted in the budget.
     pub(crate) table_bytes: usize,
 }
 
-impl<A: Algorithm> Default for Shard<A> {
+impl<A: Keyed> Default for Shard<A> {
     fn default() -> Self {
         Shard {
             table: HashTable::new(),
@@ -64,7 +87,7 @@ impl<A: Algorithm> Default for Shard<A> {
     }
 }
 
-impl<A: Algorithm> Shard<A> {
+impl<A: Keyed> Shard<A> {
     /// Keys held.
     pub(crate) fn len(&self) -> usize {
         self.table.len()
@@ -119,6 +142,39 @@ impl<A: Algorithm> Shard<A> {
         result
     }
 
+    /// Checks `cost` (validated, non-zero) at `now` for `fp` and counts it
+    /// when admitted: [`update`](Self::update) with the algorithm's evaluate
+    /// and commit written out, so that the hot path inlines them and builds
+    /// its decision in place.
+    #[inline(always)]
+    pub(crate) fn check(
+        &mut self,
+        cx: Ctx<'_, A>,
+        fp: Fingerprint,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let alg = cx.alg;
+        let mut fresh = None;
+        let (state, held) = match self.get_mut(fp) {
+            Some(state) => (state, true),
+            None => (fresh.insert(alg.new_state()), false),
+        };
+        let before = if held { alg.heap_bytes(state) } else { 0 };
+        let mut decision = alg.evaluate(state, now, cost);
+        if !decision.allowed {
+            return decision;
+        }
+        decision.lease = alg.commit(state, now, cost);
+        if held && alg.heap_bytes(state) != before {
+            self.settle_heap(cx, fp, before, now);
+        }
+        if let Some(state) = fresh {
+            self.insert(cx, fp, state, now);
+        }
+        decision
+    }
+
     /// Forgets `fp`; `true` when it was held.
     pub(crate) fn remove(&mut self, cx: Ctx<'_, A>, fp: Fingerprint) -> bool {
         match self.table.find_entry(fp.table_hash(), |e| e.fp == fp) {
@@ -134,7 +190,7 @@ impl<A: Algorithm> Shard<A> {
     fn insert(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, state: A::State, now: u64) {
         self.make_slot(cx, now);
         self.table
-            .insert_unique(fp.table_hash(), Entry { fp, state }, Entry::hash);
+            .insert_unique(fp.table_hash(), Entry::new(fp, state), Entry::hash);
         self.reconcile(cx.budget);
         self.settle_heap(cx, fp, 0, now);
     }
@@ -164,7 +220,7 @@ impl<A: Algorithm> Shard<A> {
             let Some(buckets) = self.growth_needed() else {
                 return;
             };
-            let extra = table_bytes::<Entry<A::State>>(buckets).saturating_sub(self.table_bytes);
+            let extra = table_bytes::<Entry<A>>(buckets).saturating_sub(self.table_bytes);
             let granted = if buckets <= MIN_BUCKETS {
                 cx.budget.charge(extra);
                 true
@@ -185,7 +241,7 @@ impl<A: Algorithm> Shard<A> {
 
     /// Brings the accounted table bytes in line with the table's allocation.
     pub(crate) fn reconcile(&mut self, budget: &Budget) {
-        let actual = table_bytes::<Entry<A::State>>(self.table.num_buckets());
+        let actual = table_bytes::<Entry<A>>(self.table.num_buckets());
         if actual > self.table_bytes {
             budget.charge(actual - self.table_bytes);
         } else {
@@ -222,14 +278,40 @@ impl<A: Algorithm> Shard<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::size_of;
-    use tollgate_core::algorithm::{FixedWindowState, GcraState, TokenBucketState, Wide};
+    use std::mem::{align_of, size_of};
+    use tollgate_core::algorithm::{
+        Concurrency, FixedWindow, Gcra, LeakyBucket, SlidingWindowCounter, SlidingWindowLog,
+        SteppedWindow, TokenBucket, Wide,
+    };
 
     #[test]
     fn entries_are_a_fingerprint_and_a_state_and_nothing_else() {
-        assert_eq!(size_of::<Entry<GcraState>>(), 32);
-        assert_eq!(size_of::<Entry<TokenBucketState>>(), 32);
-        assert_eq!(size_of::<Entry<TokenBucketState<Wide>>>(), 40);
-        assert_eq!(size_of::<Entry<FixedWindowState>>(), 32);
+        eprintln!(
+            "leaky {} counter {} log {} stepped {} conc {}",
+            size_of::<Entry<LeakyBucket>>(),
+            size_of::<Entry<SlidingWindowCounter>>(),
+            size_of::<Entry<SlidingWindowLog>>(),
+            size_of::<Entry<SteppedWindow>>(),
+            size_of::<Entry<Concurrency>>()
+        );
+        assert_eq!(size_of::<Entry<Gcra>>(), 32);
+        assert_eq!(size_of::<Entry<TokenBucket>>(), 32);
+        assert_eq!(size_of::<Entry<TokenBucket<Wide>>>(), 40);
+        assert_eq!(size_of::<Entry<FixedWindow>>(), 32);
+        assert_eq!(size_of::<Entry<LeakyBucket>>(), 40);
+        assert_eq!(size_of::<Entry<SlidingWindowCounter>>(), 48);
+        assert_eq!(size_of::<Entry<SlidingWindowLog>>(), 64);
+        assert_eq!(size_of::<Entry<SteppedWindow>>(), 64);
+        assert_eq!(size_of::<Entry<Concurrency>>(), 64);
+    }
+
+    #[test]
+    fn entries_of_32_and_64_bytes_are_aligned_to_their_size() {
+        assert_eq!(align_of::<Entry<Gcra>>(), 32);
+        assert_eq!(align_of::<Entry<TokenBucket>>(), 32);
+        assert_eq!(align_of::<Entry<FixedWindow>>(), 32);
+        assert_eq!(align_of::<Entry<SlidingWindowLog>>(), 64);
+        assert_eq!(align_of::<Entry<SteppedWindow>>(), 64);
+        assert_eq!(align_of::<Entry<Concurrency>>(), 64);
     }
 }

@@ -142,16 +142,7 @@ impl<A: Keyed> ErasedTable for Table<A> {
         if cost == 0 {
             return Ok(shard.read(alg, fp, |s| alg.peek(s, now)));
         }
-        // The cost is validated: evaluate and commit directly, so the hot path
-        // moves one plain `Decision` rather than nested results.
-        Ok(shard.update(self.cx(), fp, now, |s| {
-            let mut decision = alg.evaluate(s, now, cost);
-            if decision.allowed {
-                decision.lease = alg.commit(s, now, cost);
-            }
-            let changed = decision.allowed;
-            (decision, changed)
-        }))
+        Ok(shard.check(self.cx(), fp, now, cost))
     }
 
     fn check_key(&self, key: &[u8], now: u64, cost: u64) -> Result<Decision, LimitError> {
