@@ -625,3 +625,76 @@ fn check_rules_validates_without_serving() {
     assert!(stderr.contains("bad.yaml:4"), "{stderr}");
     assert!(stderr.contains("colour"), "{stderr}");
 }
+
+#[test]
+fn a_restart_with_a_snapshot_keeps_the_quota_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.snapshot");
+    let args = ["--snapshot", path.to_str().unwrap()];
+    // Real time, and a sliding window an hour long: no window boundary can
+    // fall inside the test.
+    let limit = json!({"algorithm": "sliding_window_log", "rate": "10/h"});
+    let take = |s: &Server| {
+        s.call("/v1/check", &json!({"key": "taker", "limit": limit}))
+            .0
+    };
+
+    let first = Server::start(&args);
+    assert_eq!(
+        first.metric(r#"tollgate_snapshot_loads_total{result="missing"}"#),
+        1.0
+    );
+    for _ in 0..7 {
+        assert_eq!(take(&first), 200);
+    }
+    assert!(first.stop().success());
+    assert!(path.exists(), "SIGTERM saves the snapshot");
+
+    let second = Server::start(&args);
+    assert_eq!(
+        second.metric(r#"tollgate_snapshot_loads_total{result="ok"}"#),
+        1.0
+    );
+    let answers: Vec<u16> = (0..4).map(|_| take(&second)).collect();
+    assert_eq!(
+        answers,
+        [200, 200, 200, 429],
+        "the 4th take after the restart is rejected"
+    );
+}
+
+#[test]
+fn a_corrupt_snapshot_is_reported_and_the_server_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.snapshot");
+    support::write(&path, "TOLLGATE-SNAPSHOT but damaged");
+    let s = Server::start(&["--snapshot", path.to_str().unwrap()]);
+    assert_eq!(
+        s.metric(r#"tollgate_snapshot_loads_total{result="failed"}"#),
+        1.0
+    );
+    let limit = json!({"algorithm": "fixed_window", "rate": "1/h"});
+    assert_eq!(
+        s.call("/v1/check", &json!({"key": "k", "limit": limit})).0,
+        200
+    );
+}
+
+#[test]
+fn snapshots_are_also_saved_periodically() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.snapshot");
+    let s = Server::start(&[
+        "--snapshot",
+        path.to_str().unwrap(),
+        "--snapshot-interval",
+        "1",
+    ]);
+    let saved = || s.metric(r#"tollgate_snapshots_total{result="ok"}"#);
+    let deadline = std::time::Instant::now() + support::PATIENCE;
+    while saved() < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "no periodic snapshot");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(path.exists());
+}

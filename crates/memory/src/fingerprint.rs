@@ -66,6 +66,27 @@ impl Fingerprint {
         self.hi
     }
 
+    /// The 16 bytes a snapshot stores.
+    pub(crate) fn to_bytes(self) -> [u8; 16] {
+        let mut out = [0; 16];
+        out[..8].copy_from_slice(&self.hi.to_le_bytes());
+        out[8..].copy_from_slice(&self.lo.to_le_bytes());
+        out
+    }
+
+    /// The fingerprint [`to_bytes`](Self::to_bytes) wrote.
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Fingerprint {
+        let half = |b: &[u8]| {
+            b.iter()
+                .rev()
+                .fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
+        };
+        Fingerprint {
+            hi: half(&bytes[..8]),
+            lo: half(&bytes[8..]),
+        }
+    }
+
     /// The shard among `mask + 1` (a power of two) that holds this key.
     pub(crate) fn shard(&self, mask: usize) -> usize {
         // Truncation on 32-bit targets keeps the low bits, which is all we use.

@@ -6,7 +6,7 @@
 
 use tollgate_core::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, Narrow, SlidingWindowCounter,
-    SlidingWindowLog, SteppedWindow, TokenBucket, Wide,
+    SlidingWindowLog, StateCodec, SteppedWindow, TokenBucket, Wide,
 };
 
 /// Aligns a table entry to 32 bytes (a zero-sized field).
@@ -20,7 +20,7 @@ pub(crate) struct Line32;
 pub(crate) struct Line64;
 
 /// An [`Algorithm`] a keyed table can hold.
-pub(crate) trait Keyed: Algorithm {
+pub(crate) trait Keyed: Algorithm + StateCodec {
     /// A zero-sized type whose alignment the table's entries take. An entry
     /// of 32 or 64 bytes aligned to its size never straddles two cache
     /// lines, which an 8-aligned one in a table allocated at an odd multiple

@@ -78,6 +78,7 @@
 //! - `registry`: limits to tables.
 //! - `multi`: `check_all` and `reserve_all`.
 //! - `store`: [`MemoryStore`].
+//! - `snapshot`: the store as bytes and back ([`MemoryStore::snapshot`]).
 //! - `local`: [`LocalStore`], the memory store and a clock behind the core's
 //!   `Store` trait.
 
@@ -92,6 +93,7 @@ mod local;
 mod multi;
 mod registry;
 mod shard;
+mod snapshot;
 mod store;
 mod table;
 
@@ -100,4 +102,5 @@ pub use fingerprint::Seed;
 pub use limiter::Limiter;
 pub use local::LocalStore;
 pub use multi::MultiReservation;
+pub use snapshot::SnapshotError;
 pub use store::MemoryStore;

@@ -36,4 +36,9 @@ impl Registry {
     pub(crate) fn tables(&self) -> &[Arc<dyn ErasedTable>] {
         &self.tables
     }
+
+    /// Every registered limiter, in no particular order.
+    pub(crate) fn limiters(&self) -> Vec<Limiter> {
+        self.by_limit.values().cloned().collect()
+    }
 }

@@ -175,6 +175,15 @@ impl<A: Keyed> Shard<A> {
         decision
     }
 
+    /// Puts a saved state back (a snapshot being loaded), unless the key is
+    /// already held; accounted like any insert, evicting if the budget is
+    /// full.
+    pub(crate) fn restore(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, state: A::State, now: u64) {
+        if self.get(fp).is_none() {
+            self.insert(cx, fp, state, now);
+        }
+    }
+
     /// Forgets `fp`; `true` when it was held.
     pub(crate) fn remove(&mut self, cx: Ctx<'_, A>, fp: Fingerprint) -> bool {
         match self.table.find_entry(fp.table_hash(), |e| e.fp == fp) {

@@ -106,6 +106,11 @@ impl MemoryStore {
         Ok(limiter)
     }
 
+    /// Every limiter registered so far.
+    pub(crate) fn limiters(&self) -> Vec<Limiter> {
+        self.inner.registry.read().limiters()
+    }
+
     /// Bytes currently accounted against `max_bytes`: every table's shard
     /// array and hash tables, plus the heap owned by states.
     pub fn memory_used(&self) -> usize {

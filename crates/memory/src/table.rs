@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
+use tollgate_core::algorithm::codec::Reader;
 use tollgate_core::algorithm::Slot;
 use tollgate_core::{Decision, Limit, LimitError, Reservation};
 
@@ -56,6 +57,13 @@ pub(crate) trait ErasedTable: Send + Sync {
     fn sweep_shard(&self, shard: usize, now: u64) -> usize;
     /// Locks shard `shard` and hands out the guard.
     fn lock(&self, shard: usize) -> Box<dyn LockedShard + '_>;
+    /// Appends every state not expired at `now` (fingerprint, then the
+    /// state's bytes) to `out`, one shard locked at a time; returns how many.
+    fn dump(&self, now: u64, out: &mut Vec<u8>) -> u64;
+    /// Reads `count` entries written by [`dump`](Self::dump) and puts back
+    /// those not expired at `now`; `None` when the bytes are not valid
+    /// entries for this table's algorithm.
+    fn restore(&self, input: &mut Reader<'_>, count: u64, now: u64) -> Option<()>;
 }
 
 /// A locked shard, for evaluating and committing several limits together.
@@ -222,6 +230,32 @@ impl<A: Keyed> ErasedTable for Table<A> {
             table: self,
             shard: self.shard(shard),
         })
+    }
+
+    fn dump(&self, now: u64, out: &mut Vec<u8>) -> u64 {
+        let mut count = 0;
+        for index in 0..self.shards.len() {
+            let shard = self.shard(index);
+            for entry in shard.table.iter() {
+                if self.alg.expires_at(&entry.state) > now {
+                    out.extend_from_slice(&entry.fp.to_bytes());
+                    self.alg.encode_state(&entry.state, out);
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+
+    fn restore(&self, input: &mut Reader<'_>, count: u64, now: u64) -> Option<()> {
+        for _ in 0..count {
+            let fp = Fingerprint::from_bytes(input.take(16)?.try_into().ok()?);
+            let state = self.alg.decode_state(input)?;
+            if self.alg.expires_at(&state) > now {
+                self.shard_for(fp).restore(self.cx(), fp, state, now);
+            }
+        }
+        Some(())
     }
 }
 

@@ -400,7 +400,7 @@ async fn check_rules<S: Store>(
         statuses.push(StatusBody {
             name: Some(name),
             fields,
-            shadow: rule.shadow_mode(),
+            shadow: rule.shadow_mode() || plan.global_shadow,
             unlimited: false,
         });
     }

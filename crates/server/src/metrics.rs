@@ -68,6 +68,7 @@ pub struct Metrics {
     latency: HistogramFamily,
     reloads: Family<ResultLabels, Counter>,
     snapshots: Family<ResultLabels, Counter>,
+    snapshot_loads: Family<ResultLabels, Counter>,
     store_errors: Counter,
     memory_used: Gauge,
     detailed: Mutex<HashSet<String>>,
@@ -98,6 +99,7 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             reloads: Family::default(),
             snapshots: Family::default(),
+            snapshot_loads: Family::default(),
             store_errors: Counter::default(),
             memory_used: Gauge::default(),
             detailed: Mutex::new(HashSet::new()),
@@ -141,6 +143,11 @@ impl Metrics {
             "snapshots",
             "Snapshot saves, by result",
             metrics.snapshots.clone(),
+        );
+        registry.register(
+            "snapshot_loads",
+            "Snapshot loads at start, by result (ok, missing, failed)",
+            metrics.snapshot_loads.clone(),
         );
         registry.register(
             "store_errors",
@@ -220,6 +227,13 @@ impl Metrics {
     pub fn snapshot_saved(&self, ok: bool) {
         let result = if ok { "ok" } else { "failed" };
         self.snapshots.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts the snapshot load at start: `ok`, `missing` or `failed`.
+    pub fn snapshot_loaded(&self, result: &'static str) {
+        self.snapshot_loads
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// Counts a failed store operation.

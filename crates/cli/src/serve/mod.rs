@@ -4,7 +4,9 @@
 //! in flight.
 
 pub mod config;
+pub mod snapshot;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,12 +45,37 @@ pub fn run(args: &ServeArgs) -> Result<()> {
 async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
     let StoreChoice::Memory = config.store;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let memory = MemoryStore::new(MemoryConfig {
+    let memory_config = MemoryConfig {
         max_bytes: config.memory_max_bytes,
         ..MemoryConfig::default()
-    });
-    let store = LocalStore::new(memory.clone(), Arc::clone(&clock));
+    };
+    // With client time trusted, saved states may belong to any time: keep
+    // them all and let the sweeps decide.
+    let load_now = if config.settings.trust_client_time {
+        0
+    } else {
+        clock.now()
+    };
+    let (memory, loaded) = match &config.snapshot {
+        Some(path) => snapshot::load(path, memory_config, load_now),
+        None => (MemoryStore::new(memory_config), snapshot::Loaded::Missing),
+    };
+    let store = LocalStore::new(memory, Arc::clone(&clock));
     let app = App::new(store, rules, config.rules.clone(), config.settings.clone());
+    if let Some(path) = &config.snapshot {
+        app.metrics().snapshot_loaded(loaded.label());
+        match &loaded {
+            snapshot::Loaded::Ok => {
+                tracing::info!(path = %path.display(), keys = app.store().memory().len(), "snapshot loaded")
+            }
+            snapshot::Loaded::Missing => {
+                tracing::info!(path = %path.display(), "no snapshot yet; starting empty")
+            }
+            snapshot::Loaded::Failed(reason) => {
+                tracing::warn!(%reason, "snapshot not loaded; starting empty")
+            }
+        }
+    }
 
     let _watcher = config.rules.as_ref().map(|path| {
         let app = app.clone();
@@ -57,6 +84,14 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
         })
     });
     let housekeeping = tokio::spawn(housekeeping(app.clone()));
+    let snapshots = match (&config.snapshot, config.snapshot_interval) {
+        (Some(path), Some(every)) => Some(tokio::spawn(periodic_snapshots(
+            app.clone(),
+            path.clone(),
+            every,
+        ))),
+        _ => None,
+    };
 
     let listener = TcpListener::bind(config.http)
         .await
@@ -67,12 +102,54 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
     // this line.
     println!("tollgate: listening on http://{address}");
 
-    tollgate_server::serve(listener, app, shutdown_signal())
+    tollgate_server::serve(listener, app.clone(), shutdown_signal())
         .await
         .context("serving HTTP")?;
     housekeeping.abort();
+    if let Some(task) = snapshots {
+        task.abort();
+    }
+    if let Some(path) = &config.snapshot {
+        save_snapshot(&app, path).await;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Saves a snapshot every `every`.
+async fn periodic_snapshots(app: App<LocalStore>, path: PathBuf, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        save_snapshot(&app, &path).await;
+    }
+}
+
+/// Saves a snapshot off the async threads, logging and counting the result.
+async fn save_snapshot(app: &App<LocalStore>, path: &std::path::Path) {
+    let store = app.store().clone();
+    let target = path.to_owned();
+    let saved = tokio::task::spawn_blocking(move || {
+        let now = store.sweep_horizon();
+        snapshot::save(store.memory(), &target, now)
+    })
+    .await;
+    match saved {
+        Ok(Ok(bytes)) => {
+            app.metrics().snapshot_saved(true);
+            tracing::info!(path = %path.display(), bytes, "snapshot saved");
+        }
+        Ok(Err(e)) => {
+            app.metrics().snapshot_saved(false);
+            tracing::error!(path = %path.display(), error = %e, "snapshot not saved");
+        }
+        Err(e) => {
+            app.metrics().snapshot_saved(false);
+            tracing::error!(path = %path.display(), error = %e, "snapshot task failed");
+        }
+    }
 }
 
 /// Sweeps expired keys a few shards at a time and publishes memory use.

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use super::codec::{put_len, put_u64, Reader, StateCodec, MAX_ENTRIES};
 use super::small_deque::SmallDeque;
 use super::tally::{Instants, Tally};
 use super::{Algorithm, Slot};
@@ -208,6 +209,52 @@ impl Concurrency {
     /// reorder leases).
     fn lease_expiry(&self, state: &ConcurrencyState, now: u64) -> u64 {
         now.saturating_add(self.ttl).max(state.last_expiry())
+    }
+}
+
+impl StateCodec for Concurrency {
+    fn encode_state(&self, state: &ConcurrencyState, out: &mut Vec<u8>) {
+        put_u64(out, state.held);
+        put_u64(out, state.next_id);
+        put_len(out, state.leases.len());
+        for lease in state.leases.iter() {
+            let Lease { id, expires, cost } = *lease;
+            put_u64(out, id);
+            put_u64(out, expires);
+            put_u64(out, u64::from(cost));
+        }
+    }
+
+    /// Leases must be in grant order (increasing ids below `next_id`,
+    /// non-decreasing expiries) and hold `held` in all, at most `N`.
+    fn decode_state(&self, input: &mut Reader<'_>) -> Option<ConcurrencyState> {
+        let held = input.u64()?;
+        let next_id = input.u64()?;
+        let len = input.len(MAX_ENTRIES)?;
+        let mut state = ConcurrencyState {
+            leases: SmallDeque::new(),
+            held,
+            next_id,
+        };
+        let mut sum: u64 = 0;
+        let mut previous: Option<Lease> = None;
+        for _ in 0..len {
+            let id = input.u64()?;
+            let expires = input.u64()?;
+            let cost = u32::try_from(input.u64()?).ok()?;
+            let in_order = previous.is_none_or(|p| {
+                let (p_id, p_expires) = (p.id, p.expires);
+                p_id < id && p_expires <= expires
+            });
+            if !in_order || id >= next_id {
+                return None;
+            }
+            sum = sum.checked_add(u64::from(cost))?;
+            let lease = Lease { id, expires, cost };
+            state.leases.push_back(lease);
+            previous = Some(lease);
+        }
+        (sum == held && held <= self.n).then_some(state)
     }
 }
 

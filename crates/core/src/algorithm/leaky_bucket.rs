@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
-use super::codec::{put_u128, put_u64, Reader, StateCodec};
 use super::bucket::BucketMath;
+use super::codec::{put_u128, put_u64, Reader, StateCodec};
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;

@@ -114,7 +114,6 @@ impl RunningTotals {
     }
 }
 
-
 impl RunningTotals {
     /// Appends the marks: the dropped total, the count, then each mark.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {

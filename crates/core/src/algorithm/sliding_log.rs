@@ -141,7 +141,6 @@ impl Algorithm for SlidingWindowLog {
     }
 }
 
-
 impl StateCodec for SlidingWindowLog {
     fn encode_state(&self, state: &SlidingWindowLogState, out: &mut Vec<u8>) {
         state.log.encode(out);

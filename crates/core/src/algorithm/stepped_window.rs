@@ -234,7 +234,6 @@ impl Algorithm for SteppedWindow {
     }
 }
 
-
 impl StateCodec for SteppedWindow {
     fn encode_state(&self, state: &SteppedWindowState, out: &mut Vec<u8>) {
         state.steps.encode(out);

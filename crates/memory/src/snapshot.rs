@@ -1,0 +1,246 @@
+//! Snapshots: the whole store as bytes, and back, so a restarted process
+//! does not hand every client a fresh quota.
+//!
+//! The form (all integers little-endian):
+//!
+//! ```text
+//! "TOLLGATE-SNAPSHOT" version:u64 seed.k0:u64 seed.k1:u64 tables:u64
+//! per table: limit, entries:u64, per entry: fingerprint:16 bytes, state
+//! checksum:u64   (SipHash-1-3 of everything before it)
+//! ```
+//!
+//! A limit is its algorithm's name (length-prefixed), the rate's count and
+//! period in ns, then burst, step (ns) and lease TTL (ns), each a presence
+//! byte and a `u64`. States are each algorithm's
+//! [`StateCodec`](tollgate_core::algorithm::StateCodec) form. Keys are stored
+//! only as fingerprints, which is why the seed travels with them: a snapshot
+//! is as secret as the seed. States already expired when the snapshot is
+//! taken, or when it is loaded, are left out.
+//!
+//! This module owns the byte form; writing it to disk (atomically) is the
+//! caller's job.
+
+use std::hash::Hasher;
+use std::time::Duration;
+
+use siphasher::sip::SipHasher13;
+use tollgate_core::algorithm::codec::{put_len, put_u64, Reader};
+use tollgate_core::rate::Rate;
+use tollgate_core::time::duration_to_nanos;
+use tollgate_core::{AlgorithmName, Limit};
+
+use crate::config::MemoryConfig;
+use crate::fingerprint::Seed;
+use crate::store::MemoryStore;
+
+const MAGIC: &[u8] = b"TOLLGATE-SNAPSHOT";
+const VERSION: u64 = 1;
+/// The longest algorithm name a snapshot may carry.
+const MAX_NAME: usize = 64;
+
+/// Why a snapshot could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// Not a tollgate snapshot at all.
+    #[error("not a tollgate snapshot (bad magic bytes)")]
+    NotASnapshot,
+    /// Written by another version of the format.
+    #[error("snapshot format version {0} is not supported (this build reads version {VERSION})")]
+    Version(u64),
+    /// The checksum does not match: the file is damaged or truncated.
+    #[error("snapshot checksum mismatch: the file is damaged or truncated")]
+    Checksum,
+    /// The bytes parse badly, at the given table.
+    #[error("snapshot is malformed at table {table}: {reason}")]
+    Malformed {
+        /// Which table (0-based).
+        table: usize,
+        /// What was wrong.
+        reason: &'static str,
+    },
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(0x746f_6c6c_6761_7465, 0x736e_6170_7368_6f74);
+    hasher.write(bytes);
+    hasher.finish()
+}
+
+fn put_option(out: &mut Vec<u8>, value: Option<u64>) {
+    out.push(u8::from(value.is_some()));
+    put_u64(out, value.unwrap_or(0));
+}
+
+fn encode_limit(limit: &Limit, out: &mut Vec<u8>) {
+    let name = limit.algorithm.as_str().as_bytes();
+    put_len(out, name.len());
+    out.extend_from_slice(name);
+    put_u64(out, limit.rate.limit());
+    put_u64(out, limit.rate.period_nanos());
+    put_option(out, limit.burst);
+    put_option(out, limit.step.map(duration_to_nanos));
+    put_option(out, limit.lease_ttl.map(duration_to_nanos));
+}
+
+fn option(input: &mut Reader<'_>) -> Option<Option<u64>> {
+    let present = input.take(1)?[0];
+    let value = input.u64()?;
+    match present {
+        0 => Some(None),
+        1 => Some(Some(value)),
+        _ => None,
+    }
+}
+
+fn decode_limit(input: &mut Reader<'_>) -> Option<Limit> {
+    let len = input.len(MAX_NAME)?;
+    let name = std::str::from_utf8(input.take(len)?).ok()?;
+    let algorithm: AlgorithmName = name.parse().ok()?;
+    let rate = Rate::from_nanos(input.u64()?, input.u64()?).ok()?;
+    let mut limit = Limit::new(algorithm, rate);
+    limit.burst = option(input)?;
+    limit.step = option(input)?.map(Duration::from_nanos);
+    limit.lease_ttl = option(input)?.map(Duration::from_nanos);
+    Some(limit)
+}
+
+impl MemoryStore {
+    /// Every state not expired at `now`, with the seed and the limits, as
+    /// bytes. Locks one shard at a time: requests go on while it runs, and
+    /// each key is saved as it was when its shard was read.
+    ///
+    /// ```
+    /// use tollgate_core::{AlgorithmName, Limit, Rate};
+    /// use tollgate_memory::{MemoryConfig, MemoryStore};
+    ///
+    /// let store = MemoryStore::new(MemoryConfig::default());
+    /// let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_minute(10).unwrap());
+    /// for _ in 0..7 {
+    ///     store.limiter(&limit).unwrap().check(b"alice", 0, 1).unwrap();
+    /// }
+    /// let bytes = store.snapshot(0);
+    /// let restored = MemoryStore::from_snapshot(MemoryConfig::default(), &bytes, 0).unwrap();
+    /// let again = restored.limiter(&limit).unwrap().check(b"alice", 0, 1).unwrap();
+    /// assert_eq!(again.remaining, 2);
+    /// ```
+    pub fn snapshot(&self, now: u64) -> Vec<u8> {
+        let limiters = self.limiters();
+        let seed = self.seed();
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        put_u64(&mut out, VERSION);
+        put_u64(&mut out, seed.k0);
+        put_u64(&mut out, seed.k1);
+        put_len(&mut out, limiters.len());
+        let mut entries = Vec::new();
+        for limiter in &limiters {
+            encode_limit(limiter.limit(), &mut out);
+            entries.clear();
+            let count = limiter.table().dump(now, &mut entries);
+            put_u64(&mut out, count);
+            out.extend_from_slice(&entries);
+        }
+        let sum = checksum(&out);
+        put_u64(&mut out, sum);
+        out
+    }
+
+    /// A store holding what `bytes` (from [`snapshot`](Self::snapshot))
+    /// saved, under the saved seed, leaving out states expired at `now`.
+    /// States beyond `config.max_bytes` are evicted as usual.
+    pub fn from_snapshot(
+        config: MemoryConfig,
+        bytes: &[u8],
+        now: u64,
+    ) -> Result<MemoryStore, SnapshotError> {
+        let body = bytes
+            .strip_prefix(MAGIC)
+            .ok_or(SnapshotError::NotASnapshot)?;
+        let mut header = Reader::new(body);
+        let version = header.u64().ok_or(SnapshotError::NotASnapshot)?;
+        if version != VERSION {
+            return Err(SnapshotError::Version(version));
+        }
+        let (content, sum) = bytes.split_at(bytes.len().saturating_sub(8));
+        let sum = Reader::new(sum).u64().ok_or(SnapshotError::Checksum)?;
+        if checksum(content) != sum {
+            return Err(SnapshotError::Checksum);
+        }
+        let mut input = Reader::new(&content[MAGIC.len()..]);
+        let malformed = |table, reason| SnapshotError::Malformed { table, reason };
+        let _version = input.u64();
+        let (k0, k1) = match (input.u64(), input.u64()) {
+            (Some(k0), Some(k1)) => (k0, k1),
+            _ => return Err(malformed(0, "truncated header")),
+        };
+        let store = MemoryStore::with_seed(config, Seed { k0, k1 });
+        let tables = input
+            .len(usize::MAX)
+            .ok_or(malformed(0, "truncated header"))?;
+        for table in 0..tables {
+            let limit = decode_limit(&mut input).ok_or(malformed(table, "invalid limit"))?;
+            let limiter = store
+                .limiter(&limit)
+                .map_err(|_| malformed(table, "invalid limit options"))?;
+            let count = input
+                .u64()
+                .ok_or(malformed(table, "truncated entry count"))?;
+            limiter
+                .table()
+                .restore(&mut input, count, now)
+                .ok_or(malformed(table, "invalid entry"))?;
+        }
+        if !input.rest().is_empty() {
+            return Err(malformed(tables, "trailing bytes"));
+        }
+        Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damage_is_detected() {
+        let store = MemoryStore::new(MemoryConfig::default());
+        let limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(5).unwrap());
+        store.limiter(&limit).unwrap().check(b"k", 0, 1).unwrap();
+        let bytes = store.snapshot(0);
+        let config = MemoryConfig::default();
+        assert!(MemoryStore::from_snapshot(config, &bytes, 0).is_ok());
+        let mut flipped = bytes.clone();
+        flipped[40] ^= 1;
+        assert_eq!(
+            MemoryStore::from_snapshot(config, &flipped, 0).unwrap_err(),
+            SnapshotError::Checksum
+        );
+        assert_eq!(
+            MemoryStore::from_snapshot(config, &bytes[..bytes.len() - 3], 0).unwrap_err(),
+            SnapshotError::Checksum
+        );
+        assert_eq!(
+            MemoryStore::from_snapshot(config, b"hello", 0).unwrap_err(),
+            SnapshotError::NotASnapshot
+        );
+        assert_eq!(
+            MemoryStore::from_snapshot(config, b"", 0).unwrap_err(),
+            SnapshotError::NotASnapshot
+        );
+    }
+
+    #[test]
+    fn expired_states_are_left_out() {
+        let store = MemoryStore::new(MemoryConfig::default());
+        let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_second(5).unwrap());
+        store.limiter(&limit).unwrap().check(b"k", 0, 1).unwrap();
+        let restored =
+            MemoryStore::from_snapshot(MemoryConfig::default(), &store.snapshot(0), 2_000_000_000)
+                .unwrap();
+        assert!(restored.is_empty());
+        let later =
+            MemoryStore::from_snapshot(MemoryConfig::default(), &store.snapshot(2_000_000_000), 0)
+                .unwrap();
+        assert!(later.is_empty());
+    }
+}
