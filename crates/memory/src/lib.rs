@@ -25,7 +25,9 @@
 //! per-store [`Seed`]); tables store the fingerprint and the algorithm's
 //! state, nothing else — 32 bytes per entry for `gcra`, `fixed_window` and
 //! `token_bucket` (40 for the rare token bucket whose capacity needs a
-//! 128-bit count), plus one control byte per bucket. A table is split
+//! 128-bit count), plus one control byte per bucket. Entries of 32 and 64
+//! bytes are aligned to their size, so that none straddles two cache lines
+//! (`keyed.rs` says which). A table is split
 //! into shards (each a mutex around a hashbrown table, padded to a cache
 //! line); the fingerprint picks the shard. A missing key behaves as the
 //! algorithm's fresh state, and an operation that changes nothing (a peek, a
