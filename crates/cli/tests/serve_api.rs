@@ -698,3 +698,43 @@ fn snapshots_are_also_saved_periodically() {
     }
     assert!(path.exists());
 }
+
+#[test]
+fn reservations_count_in_the_rules_metrics() {
+    let (_dir, s) = with_rules();
+    let body = json!({"domain": "api", "descriptors": [entries(&[("user", "erin")])], "at_ms": T0, "max_wait_ms": 0});
+    let answers: Vec<u16> = (0..4).map(|_| s.call("/v1/reserve", &body).0).collect();
+    assert_eq!(answers, [200, 200, 200, 429]);
+    let labels = r#"{domain="api",rule="api.user"}"#;
+    assert_eq!(s.metric(&format!("tollgate_requests_total{labels}")), 4.0);
+    assert_eq!(s.metric(&format!("tollgate_allowed_total{labels}")), 3.0);
+    assert_eq!(s.metric(&format!("tollgate_rejected_total{labels}")), 1.0);
+}
+
+#[test]
+fn settings_come_from_the_environment_and_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.toml");
+    support::write(&config, "trust_client_time = true\nmax_key_bytes = 8\n");
+    let s = Server::start_with_env(
+        &[],
+        &[
+            ("TOLLGATE_ADMIN_TOKEN", "from-env"),
+            ("TOLLGATE_CONFIG", config.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(s.delete("/v1/keys/k", None).status(), 401);
+    assert_eq!(s.delete("/v1/keys/k", Some("from-env")).status(), 200);
+    let limit = json!({"algorithm": "fixed_window", "rate": "1/min"});
+    assert_eq!(check(&s, "k", &limit, T0, 1).0, 200);
+    assert_eq!(
+        check(&s, "k", &limit, T0 + 60_000, 1).0,
+        200,
+        "client time trusted by the file"
+    );
+    let (status, body) = check(&s, "123456789", &limit, T0, 1);
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("key_too_long"))
+    );
+}

@@ -56,7 +56,9 @@ pub async fn reserve<S: Store>(
         Target::Inline { key, limit } => {
             let names = [limit.to_string()];
             let limits = [(limit, key.as_slice())];
-            reserve_limits(app, &limits, &names, at, cost, max_wait, None).await
+            let answer = reserve_limits(app, &limits, &names, at, cost, max_wait, None).await?;
+            count_reservation(app, "", "inline", None, &answer);
+            Ok(answer)
         }
         Target::Rules {
             domain,
@@ -74,9 +76,34 @@ pub async fn reserve<S: Store>(
                 .filter_map(|&(d, l, _, _)| Some(plan.descriptors[d].as_ref()?.limit_name(l)))
                 .collect();
             let denied = plan.denying_rule();
-            reserve_limits(app, &limits, &names, at, cost, max_wait, denied).await
+            let answer = reserve_limits(app, &limits, &names, at, cost, max_wait, denied).await?;
+            for p in plan.descriptors.iter().flatten() {
+                if (p.counts() && !p.rule.shadow_mode()) || p.rule.denies_all() {
+                    count_reservation(app, domain, p.rule.id(), p.detailed.as_deref(), &answer);
+                }
+            }
+            Ok(answer)
         }
     }
+}
+
+/// Counts a reservation in a rule's metrics: allowed when booked, rejected
+/// when refused.
+fn count_reservation<S: Store>(
+    app: &App<S>,
+    domain: &str,
+    rule: &str,
+    detailed: Option<&str>,
+    answer: &Answer<DecisionBody>,
+) {
+    let decision = answer.top.unwrap_or_default();
+    let verdict = if answer.rejected {
+        Verdict::Rejected
+    } else {
+        Verdict::Allowed
+    };
+    app.metrics()
+        .count(domain, rule, detailed, &decision, verdict);
 }
 
 /// Ends a `concurrency` lease held under `target`.
