@@ -738,3 +738,39 @@ fn settings_come_from_the_environment_and_a_config_file() {
         (400, &json!("key_too_long"))
     );
 }
+
+#[test]
+fn shutdown_answers_the_requests_in_flight() {
+    use std::io::{Read, Write};
+    let s = Server::start(&[]);
+    let body = br#"{"key":"slow","limit":{"algorithm":"gcra","rate":"5/s"}}"#;
+    let mut conn = std::net::TcpStream::connect(s.address()).unwrap();
+    conn.set_read_timeout(Some(support::PATIENCE)).unwrap();
+    write!(
+        conn,
+        "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    conn.write_all(&body[..10]).unwrap();
+    s.send_term();
+    // Shutdown has begun once the listener refuses new connections.
+    let deadline = std::time::Instant::now() + support::PATIENCE;
+    while std::net::TcpStream::connect(s.address()).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server kept accepting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    conn.write_all(&body[10..]).unwrap();
+    let mut answer = String::new();
+    let mut buf = [0u8; 4096];
+    while !answer.contains("\"allowed\"") {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed before the answer: {answer}");
+        answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(s.stop().success());
+}

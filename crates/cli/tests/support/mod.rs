@@ -133,6 +133,20 @@ impl Server {
             .unwrap_or(0.0)
     }
 
+    /// Sends SIGTERM without waiting.
+    pub(crate) fn send_term(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+    }
+
+    /// `host:port` of the server.
+    pub(crate) fn address(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub(crate) fn stop(mut self) -> ExitStatus {
         self.terminate().unwrap()
