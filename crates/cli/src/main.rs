@@ -3,7 +3,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use mimalloc::MiMalloc;
 use tollgate_cli::args::{Cli, Command};
+
+/// Small, short-lived allocations dominate a request; see the workspace
+/// manifest for why this allocator.
+#[global_allocator]
+static ALLOCATOR: MiMalloc = MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -263,8 +263,8 @@ impl fmt::Display for Limit {
     /// A stable, human-readable name such as `token_bucket_10_per_1s_burst_20`,
     /// used where a limit has no configured name (e.g. the IETF headers).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rate = self.rate.to_string().replace('/', "_per_");
-        write!(f, "{}_{rate}", self.algorithm)?;
+        write!(f, "{}_", self.algorithm)?;
+        self.rate.write_with(f, "_per_")?;
         if let Some(burst) = self.burst {
             write!(f, "_burst_{burst}")?;
         }

@@ -129,9 +129,10 @@ impl Rate {
     }
 }
 
-impl fmt::Display for Rate {
-    /// Canonical notation: the largest unit that divides the period.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Rate {
+    /// Writes `N`, then `separator`, then the period in canonical notation
+    /// (the largest unit that divides it: `s`, `15m`, `250ms`).
+    pub(crate) fn write_with(&self, f: &mut impl fmt::Write, separator: &str) -> fmt::Result {
         const UNITS: [(u64, &str); 6] = [
             (7 * 86_400 * NANOS_PER_SEC, "w"),
             (86_400 * NANOS_PER_SEC, "d"),
@@ -145,13 +146,20 @@ impl fmt::Display for Rate {
             if p.is_multiple_of(size) {
                 let n = p / size;
                 return if n == 1 {
-                    write!(f, "{}/{unit}", self.limit)
+                    write!(f, "{}{separator}{unit}", self.limit)
                 } else {
-                    write!(f, "{}/{n}{unit}", self.limit)
+                    write!(f, "{}{separator}{n}{unit}", self.limit)
                 };
             }
         }
-        write!(f, "{}/{}ns", self.limit, p)
+        write!(f, "{}{separator}{p}ns", self.limit)
+    }
+}
+
+impl fmt::Display for Rate {
+    /// Canonical notation: the largest unit that divides the period.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_with(f, "/")
     }
 }
 

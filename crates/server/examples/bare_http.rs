@@ -33,6 +33,11 @@ use axum::routing::post;
 use axum::Router;
 use tokio::net::TcpListener;
 
+/// The `tollgate` binary's allocator, so the two servers differ only by the
+/// decision behind the answer.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What tollgate answers to an admitted check of `{"algorithm":"gcra",
 /// "rate":"1000000/s"}`, byte for byte.
 const BODY: &str = r#"{"allowed":true,"limit":1000000,"remaining":999999,"retry_after_ms":0,"reset_after_ms":1,"delay_ms":0}"#;

@@ -8,7 +8,7 @@ use axum::Json;
 use serde::Serialize;
 use tollgate_core::Decision;
 
-use crate::headers::{rate_limit_headers, AppliedLimit};
+use crate::headers::{add_rate_limit_headers, AppliedLimit};
 
 /// A decision, ready to be answered.
 #[derive(Debug, Clone)]
@@ -32,11 +32,16 @@ impl<B: Serialize> IntoResponse for Answer<B> {
         } else {
             StatusCode::OK
         };
-        let headers = if self.headers {
-            rate_limit_headers(&self.applied, self.top.as_ref(), self.rejected)
-        } else {
-            Default::default()
-        };
-        (status, headers, Json(self.body)).into_response()
+        let mut response = Json(self.body).into_response();
+        *response.status_mut() = status;
+        if self.headers {
+            add_rate_limit_headers(
+                response.headers_mut(),
+                &self.applied,
+                self.top.as_ref(),
+                self.rejected,
+            );
+        }
+        response
     }
 }

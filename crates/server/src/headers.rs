@@ -7,6 +7,7 @@
 //! of strings with integer parameters); the tests parse the output with a
 //! real Structured Fields parser.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -47,55 +48,64 @@ impl AppliedLimit {
     }
 }
 
-/// The headers for a request that `applied` limits decided; `top` is the
-/// most constrained decision and `rejected` whether the answer is a 429.
+/// Adds the headers for a request that `applied` limits decided to
+/// `headers`; `top` is the most constrained decision and `rejected` whether
+/// the answer is a 429.
+pub fn add_rate_limit_headers(
+    headers: &mut HeaderMap,
+    applied: &[AppliedLimit],
+    top: Option<&Decision>,
+    rejected: bool,
+) {
+    if applied.is_empty() {
+        return;
+    }
+    let mut policy = String::with_capacity(32 * applied.len());
+    let mut state = String::with_capacity(32 * applied.len());
+    for (i, a) in applied.iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        push_sf_string(&mut policy, &a.name);
+        push_sf_string(&mut state, &a.name);
+        // Writing into a String cannot fail.
+        let _ = write!(policy, ";q={};w={}", a.decision.limit, a.window_secs.max(1));
+        let _ = write!(
+            state,
+            ";r={};t={}",
+            a.decision.remaining,
+            duration_to_secs_ceil(a.decision.reset_after)
+        );
+    }
+    insert(headers, RATELIMIT_POLICY, policy);
+    insert(headers, RATELIMIT, state);
+    if let Some(top) = top {
+        insert(headers, X_RATELIMIT_LIMIT, top.limit.to_string());
+        insert(headers, X_RATELIMIT_REMAINING, top.remaining.to_string());
+        insert(
+            headers,
+            X_RATELIMIT_RESET,
+            duration_to_secs_ceil(top.reset_after).to_string(),
+        );
+        if rejected {
+            insert(
+                headers,
+                axum::http::header::RETRY_AFTER,
+                retry_after_secs(top.retry_after).to_string(),
+            );
+        }
+    }
+}
+
+/// The headers of [`add_rate_limit_headers`] as a map of their own.
 pub fn rate_limit_headers(
     applied: &[AppliedLimit],
     top: Option<&Decision>,
     rejected: bool,
 ) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    if applied.is_empty() {
-        return headers;
-    }
-    let mut policy = String::new();
-    let mut state = String::new();
-    for (i, a) in applied.iter().enumerate() {
-        if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        let name = sf_string(&a.name);
-        let window = a.window_secs.max(1);
-        policy.push_str(&format!("{name};q={};w={window}", a.decision.limit));
-        state.push_str(&format!(
-            "{name};r={};t={}",
-            a.decision.remaining,
-            duration_to_secs_ceil(a.decision.reset_after)
-        ));
-    }
-    insert(&mut headers, RATELIMIT_POLICY, policy);
-    insert(&mut headers, RATELIMIT, state);
-    if let Some(top) = top {
-        insert(&mut headers, X_RATELIMIT_LIMIT, top.limit.to_string());
-        insert(
-            &mut headers,
-            X_RATELIMIT_REMAINING,
-            top.remaining.to_string(),
-        );
-        insert(
-            &mut headers,
-            X_RATELIMIT_RESET,
-            duration_to_secs_ceil(top.reset_after).to_string(),
-        );
-        if rejected {
-            insert(
-                &mut headers,
-                axum::http::header::RETRY_AFTER,
-                retry_after_secs(top.retry_after).to_string(),
-            );
-        }
-    }
+    add_rate_limit_headers(&mut headers, applied, top, rejected);
     headers
 }
 
@@ -105,8 +115,9 @@ pub fn retry_after_secs(retry_after: Duration) -> u64 {
 }
 
 fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
-    // Every value is built from digits and `sf_string` output: visible ASCII.
-    if let Ok(value) = HeaderValue::from_str(&value) {
+    // Every value is built from digits and `push_sf_string` output: visible
+    // ASCII. Converting the String hands its buffer over without a copy.
+    if let Ok(value) = HeaderValue::try_from(value) {
         headers.insert(name, value);
     }
 }
@@ -114,8 +125,8 @@ fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
 /// A Structured Field string (RFC 9651 §3.3.3): visible ASCII and space,
 /// with `"` and `\` escaped; any other character becomes `_`, so a rule
 /// name from a file can never break the header.
-fn sf_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
+fn push_sf_string(out: &mut String, text: &str) {
+    out.reserve(text.len() + 2);
     out.push('"');
     for c in text.chars() {
         match c {
@@ -128,7 +139,6 @@ fn sf_string(text: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]

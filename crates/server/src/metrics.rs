@@ -9,10 +9,14 @@
 //! [`MAX_DETAILED_SERIES`] distinct labels are created; later values count
 //! under `<rule>_other`.
 
+use std::borrow::Cow;
+use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use hashbrown::{Equivalent, HashMap};
+use parking_lot::{Mutex, RwLock};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -72,6 +76,79 @@ pub struct Metrics {
     store_errors: Counter,
     memory_used: Gauge,
     detailed: Mutex<HashSet<String>>,
+    /// Handles onto each (domain, rule)'s counters, so counting a decision
+    /// neither allocates labels nor hashes them into five families.
+    by_rule: RwLock<HashMap<RuleKey, RuleCounters, RandomState>>,
+    /// Handles onto the latency histograms of the decision routes.
+    routes: Vec<(&'static str, Histogram)>,
+}
+
+/// The routes whose latency histogram handles are made up front.
+const DECISION_ROUTES: [&str; 3] = ["check", "reserve", "json"];
+
+/// One rule's counters.
+struct RuleCounters {
+    total: Counter,
+    allowed: Counter,
+    rejected: Counter,
+    shadow_rejected: Counter,
+    near_limit: Counter,
+}
+
+impl RuleCounters {
+    fn count(&self, decision: &Decision, verdict: Verdict) {
+        self.total.inc();
+        match verdict {
+            Verdict::Allowed => {
+                self.allowed.inc();
+                if near_limit(decision) {
+                    self.near_limit.inc();
+                }
+            }
+            Verdict::Rejected => {
+                self.rejected.inc();
+            }
+            Verdict::ShadowRejected => {
+                self.shadow_rejected.inc();
+            }
+        }
+    }
+}
+
+/// The key of [`Metrics::by_rule`].
+#[derive(Debug, PartialEq, Eq)]
+struct RuleKey {
+    domain: String,
+    rule: String,
+}
+
+/// A [`RuleKey`] made of borrowed parts, for lookups without allocating.
+struct RuleKeyRef<'a> {
+    domain: &'a str,
+    rule: &'a str,
+}
+
+impl Hash for RuleKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        RuleKeyRef {
+            domain: &self.domain,
+            rule: &self.rule,
+        }
+        .hash(state);
+    }
+}
+
+impl Hash for RuleKeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.domain.hash(state);
+        self.rule.hash(state);
+    }
+}
+
+impl Equivalent<RuleKey> for RuleKeyRef<'_> {
+    fn equivalent(&self, key: &RuleKey) -> bool {
+        self.domain == key.domain && self.rule == key.rule
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -103,6 +180,8 @@ impl Metrics {
             store_errors: Counter::default(),
             memory_used: Gauge::default(),
             detailed: Mutex::new(HashSet::new()),
+            by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
+            routes: Vec::new(),
         };
         registry.register(
             "requests",
@@ -159,8 +238,21 @@ impl Metrics {
             "Bytes held by the memory store (its cap bounds this)",
             metrics.memory_used.clone(),
         );
+        let routes = DECISION_ROUTES
+            .iter()
+            .map(|&route| {
+                (
+                    route,
+                    metrics
+                        .latency
+                        .get_or_create(&RouteLabels { route })
+                        .clone(),
+                )
+            })
+            .collect();
         Metrics {
             registry,
+            routes,
             ..metrics
         }
     }
@@ -176,45 +268,62 @@ impl Metrics {
         decision: &Decision,
         verdict: Verdict,
     ) {
-        let rule = match detailed {
+        let label = match detailed {
             Some(label) => self.detailed_label(rule, label),
-            None => rule.to_owned(),
+            None => Cow::Borrowed(rule),
         };
+        let key = RuleKeyRef {
+            domain,
+            rule: &label,
+        };
+        // The common case takes a read lock and allocates nothing.
+        if let Some(counters) = self.by_rule.read().get(&key) {
+            counters.count(decision, verdict);
+            return;
+        }
         let labels = RuleLabels {
             domain: domain.to_owned(),
-            rule,
+            rule: label.clone().into_owned(),
         };
-        self.total.get_or_create(&labels).inc();
-        match verdict {
-            Verdict::Allowed => {
-                self.allowed.get_or_create(&labels).inc();
-                if near_limit(decision) {
-                    self.near_limit.get_or_create(&labels).inc();
-                }
-            }
-            Verdict::Rejected => {
-                self.rejected.get_or_create(&labels).inc();
-            }
-            Verdict::ShadowRejected => {
-                self.shadow_rejected.get_or_create(&labels).inc();
-            }
-        }
+        let counters = RuleCounters {
+            total: self.total.get_or_create(&labels).clone(),
+            allowed: self.allowed.get_or_create(&labels).clone(),
+            rejected: self.rejected.get_or_create(&labels).clone(),
+            shadow_rejected: self.shadow_rejected.get_or_create(&labels).clone(),
+            near_limit: self.near_limit.get_or_create(&labels).clone(),
+        };
+        counters.count(decision, verdict);
+        self.by_rule.write().insert(
+            RuleKey {
+                domain: labels.domain,
+                rule: labels.rule,
+            },
+            counters,
+        );
     }
 
-    fn detailed_label(&self, rule: &str, label: &str) -> String {
+    fn detailed_label<'a>(&self, rule: &str, label: &'a str) -> Cow<'a, str> {
         let mut seen = self.detailed.lock();
-        if seen.contains(label) || seen.len() < MAX_DETAILED_SERIES {
-            seen.insert(label.to_owned());
-            return label.to_owned();
+        if seen.contains(label) {
+            return Cow::Borrowed(label);
         }
-        format!("{rule}_other")
+        if seen.len() < MAX_DETAILED_SERIES {
+            seen.insert(label.to_owned());
+            return Cow::Borrowed(label);
+        }
+        Cow::Owned(format!("{rule}_other"))
     }
 
     /// Records how long a decision on `route` took.
     pub fn observe_latency(&self, route: &'static str, elapsed: Duration) {
-        self.latency
-            .get_or_create(&RouteLabels { route })
-            .observe(elapsed.as_secs_f64());
+        let seconds = elapsed.as_secs_f64();
+        match self.routes.iter().find(|(name, _)| *name == route) {
+            Some((_, histogram)) => histogram.observe(seconds),
+            None => self
+                .latency
+                .get_or_create(&RouteLabels { route })
+                .observe(seconds),
+        }
     }
 
     /// Counts a rules reload.

@@ -99,8 +99,9 @@ pub fn store_key(key: &str, settings: &Settings) -> Result<Vec<u8>, ApiError> {
     Ok(out)
 }
 
-/// The limit an inline `limit` object describes (options are checked when
-/// the store builds it).
+/// The limit an inline `limit` object describes. Its options are checked
+/// when the store first builds it (a bad combination is a `400` from there,
+/// before anything is counted), not on every request.
 pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
     let algorithm = match spec.algorithm.as_deref() {
         Some(name) => name.parse::<AlgorithmName>()?,
@@ -122,7 +123,6 @@ pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
         .as_deref()
         .map(|s| duration("lease_ttl", s))
         .transpose()?;
-    limit.build()?;
     Ok(limit)
 }
 
