@@ -8,6 +8,7 @@
 //! module owns the hashing and the split of a fingerprint into shard index
 //! and table hash; it does not own the tables.
 
+use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -43,6 +44,56 @@ impl Seed {
         hasher.write(key);
         let Hash128 { h1, h2 } = hasher.finish128();
         Fingerprint { hi: h1, lo: h2 }
+    }
+}
+
+/// Keys up to this long are remembered by [`Seed::fingerprint_recent`].
+const RECENT_KEY_BYTES: usize = 32;
+
+/// The last key a thread fingerprinted, and its fingerprint.
+struct Recent {
+    seed: Seed,
+    len: usize,
+    key: [u8; RECENT_KEY_BYTES],
+    fp: Fingerprint,
+}
+
+thread_local! {
+    static RECENT: RefCell<Recent> = const {
+        RefCell::new(Recent {
+            seed: Seed { k0: 0, k1: 0 },
+            // No key has this length: the first lookup misses.
+            len: usize::MAX,
+            key: [0; RECENT_KEY_BYTES],
+            fp: Fingerprint { hi: 0, lo: 0 },
+        })
+    };
+}
+
+impl Seed {
+    /// [`fingerprint`](Self::fingerprint), remembering the last short key
+    /// each thread asked for: traffic is skewed, the same key often comes
+    /// back-to-back, and comparing a few bytes costs a fraction of the
+    /// 128-bit SipHash. A miss costs the comparison and a copy of the key.
+    #[inline]
+    pub(crate) fn fingerprint_recent(&self, key: &[u8]) -> Fingerprint {
+        if key.len() > RECENT_KEY_BYTES {
+            return self.fingerprint(key);
+        }
+        RECENT.with(|recent| {
+            let Ok(mut recent) = recent.try_borrow_mut() else {
+                return self.fingerprint(key);
+            };
+            if recent.len == key.len() && recent.seed == *self && recent.key[..key.len()] == *key {
+                return recent.fp;
+            }
+            let fp = self.fingerprint(key);
+            recent.seed = *self;
+            recent.len = key.len();
+            recent.key[..key.len()].copy_from_slice(key);
+            recent.fp = fp;
+            fp
+        })
     }
 }
 
@@ -105,6 +156,25 @@ mod tests {
         assert_ne!(seed.fingerprint(b"user:1"), seed.fingerprint(b"user:2"));
         let other = Seed { k0: 1, k1: 3 };
         assert_ne!(seed.fingerprint(b"user:1"), other.fingerprint(b"user:1"));
+    }
+
+    #[test]
+    fn the_remembered_fingerprint_is_the_fingerprint() {
+        let (a, b) = (Seed { k0: 1, k1: 2 }, Seed { k0: 3, k1: 4 });
+        let long = [7u8; RECENT_KEY_BYTES + 1];
+        let keys: [&[u8]; 6] = [b"user:1", b"user:1", b"user:10", b"", &long, b"user:1"];
+        for key in keys {
+            for seed in [a, b, a] {
+                assert_eq!(
+                    seed.fingerprint_recent(key),
+                    seed.fingerprint(key),
+                    "{key:?}"
+                );
+            }
+        }
+        // A key that is a prefix of the remembered one is not mistaken for it.
+        assert_eq!(a.fingerprint_recent(b"user:10"), a.fingerprint(b"user:10"));
+        assert_eq!(a.fingerprint_recent(b"user:1"), a.fingerprint(b"user:1"));
     }
 
     #[test]

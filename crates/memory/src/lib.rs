@@ -22,7 +22,8 @@
 //! # How keys are stored
 //!
 //! A key is hashed once to a 128-bit fingerprint (SipHash-1-3 under a random
-//! per-store [`Seed`]); tables store the fingerprint and the algorithm's
+//! per-store [`Seed`]; each thread remembers the last short key it hashed, so
+//! a hot key is not hashed again on every check); tables store the fingerprint and the algorithm's
 //! state, nothing else — 32 bytes per entry for `gcra`, `fixed_window` and
 //! `token_bucket` (40 for the rare token bucket whose capacity needs a
 //! 128-bit count), plus one control byte per bucket. Entries of 32 and 64

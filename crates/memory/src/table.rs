@@ -154,7 +154,7 @@ impl<A: Keyed> ErasedTable for Table<A> {
     }
 
     fn check_key(&self, key: &[u8], now: u64, cost: u64) -> Result<Decision, LimitError> {
-        self.check(self.seed.fingerprint(key), now, cost)
+        self.check(self.seed.fingerprint_recent(key), now, cost)
     }
 
     fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<u64, LimitError> {
