@@ -44,6 +44,13 @@ pub struct ServeArgs {
     /// Address of the HTTP API [default: 127.0.0.1:8080].
     #[arg(long, env = "TOLLGATE_HTTP")]
     pub http: Option<SocketAddr>,
+    /// Address of the Envoy rate limit gRPC API [default: 127.0.0.1:8081].
+    #[arg(long, env = "TOLLGATE_GRPC")]
+    pub grpc: Option<SocketAddr>,
+    /// Put the rate-limit headers into gRPC answers' `response_headers_to_add`
+    /// (Envoy passes them on to the client).
+    #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS")]
+    pub response_headers: bool,
     /// Rules file or directory (reloaded when it changes).
     #[arg(long, env = "TOLLGATE_RULES")]
     pub rules: Option<PathBuf>,

@@ -16,8 +16,10 @@
 //! - `extract`: body size limit, strict JSON decoding, the admin token.
 //! - `target`: request validation into a [`Target`](target::Target).
 //! - `decide`: checks, reservations and releases, inline and rules-based.
-//! - `envoy`: envoyproxy/ratelimit's `ShouldRateLimit`, for `/json` (and
-//!   gRPC).
+//! - `envoy`: envoyproxy/ratelimit's `ShouldRateLimit`, for `/json` and
+//!   gRPC.
+//! - `grpc`: the Envoy rate limit gRPC service and the health service.
+//! - `proto`: the protobuf types and gRPC stubs generated from `proto/`.
 //! - `answer`, `error`: the one place decisions and errors become HTTP.
 //! - `headers`: the rate-limit headers of SPEC §7.
 //! - `metrics`: the Prometheus registry.
@@ -29,8 +31,10 @@ pub mod decide;
 pub mod envoy;
 pub mod error;
 mod extract;
+pub mod grpc;
 pub mod headers;
 pub mod metrics;
+pub mod proto;
 mod routes;
 mod serve;
 pub mod settings;

@@ -84,7 +84,7 @@ pub struct Metrics {
 }
 
 /// The routes whose latency histogram handles are made up front.
-const DECISION_ROUTES: [&str; 3] = ["check", "reserve", "json"];
+const DECISION_ROUTES: [&str; 4] = ["check", "reserve", "json", "grpc"];
 
 /// One rule's counters.
 struct RuleCounters {

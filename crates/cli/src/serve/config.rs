@@ -17,6 +17,8 @@ use crate::args::ServeArgs;
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
     http: Option<SocketAddr>,
+    grpc: Option<SocketAddr>,
+    response_headers: Option<bool>,
     rules: Option<PathBuf>,
     store: Option<String>,
     memory_max_bytes: Option<usize>,
@@ -52,6 +54,10 @@ pub enum LogFormat {
 pub struct ServeConfig {
     /// HTTP listen address.
     pub http: SocketAddr,
+    /// gRPC listen address.
+    pub grpc: SocketAddr,
+    /// Put the rate-limit headers into gRPC answers' `response_headers_to_add`.
+    pub response_headers: bool,
     /// Rules path, if any.
     pub rules: Option<PathBuf>,
     /// The store.
@@ -150,6 +156,11 @@ impl ServeConfig {
                 .http
                 .or(file.http)
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            grpc: args
+                .grpc
+                .or(file.grpc)
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8081))),
+            response_headers: args.response_headers || file.response_headers.unwrap_or(false),
             rules: args.rules.clone().or(file.rules),
             store,
             memory_max_bytes: args

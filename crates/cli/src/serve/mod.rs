@@ -101,10 +101,34 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
     // Tests and scripts read the real port (after `--http 127.0.0.1:0`) from
     // this line.
     println!("tollgate: listening on http://{address}");
-
-    tollgate_server::serve(listener, app.clone(), shutdown_signal())
+    let grpc_listener = TcpListener::bind(config.grpc)
         .await
-        .context("serving HTTP")?;
+        .with_context(|| format!("binding the gRPC API to {}", config.grpc))?;
+    let grpc_address = grpc_listener
+        .local_addr()
+        .context("reading the bound address")?;
+    tracing::info!(address = %grpc_address, "serving the Envoy rate limit gRPC API");
+    println!("tollgate: grpc listening on http://{grpc_address}");
+
+    // One signal stops both servers.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|&s| s).await;
+    };
+    let http = tollgate_server::serve(listener, app.clone(), until_stopped(stopped.clone()));
+    let grpc = tollgate_server::grpc::serve_grpc(
+        grpc_listener,
+        app.clone(),
+        config.response_headers,
+        until_stopped(stopped),
+    );
+    let (http, grpc) = tokio::join!(http, grpc);
+    http.context("serving HTTP")?;
+    grpc.context("serving gRPC")?;
     housekeeping.abort();
     if let Some(task) = snapshots {
         task.abort();

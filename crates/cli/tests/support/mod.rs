@@ -21,6 +21,8 @@ pub(crate) struct Server {
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`.
     pub(crate) base: String,
+    /// `http://127.0.0.1:PORT` of the gRPC API.
+    pub(crate) grpc: String,
     client: Client,
 }
 
@@ -34,7 +36,7 @@ impl Server {
     pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .arg("serve")
-            .args(["--http", "127.0.0.1:0"])
+            .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
@@ -45,18 +47,25 @@ impl Server {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            let (mut http, mut grpc) = (None, None);
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(addr) = line.strip_prefix("tollgate: listening on ") {
-                    let _ = tx.send(addr.to_owned());
+                    http = Some(addr.to_owned());
+                }
+                if let Some(addr) = line.strip_prefix("tollgate: grpc listening on ") {
+                    grpc = Some(addr.to_owned());
+                }
+                if let (Some(h), Some(g)) = (&http, &grpc) {
+                    let _ = tx.send((h.clone(), g.clone()));
                 }
             }
         });
-        let base = match rx.recv_timeout(PATIENCE) {
-            Ok(base) => base,
+        let (base, grpc) = match rx.recv_timeout(PATIENCE) {
+            Ok(addresses) => addresses,
             Err(_) => {
                 let _ = child.kill();
                 panic!(
-                    "tollgate serve did not report its address: {:?}",
+                    "tollgate serve did not report its addresses: {:?}",
                     child.wait()
                 );
             }
@@ -64,6 +73,7 @@ impl Server {
         Server {
             child: Some(child),
             base,
+            grpc,
             client: Client::builder().timeout(PATIENCE).build().unwrap(),
         }
     }

@@ -1,0 +1,178 @@
+//! The Envoy rate limit service over gRPC (`ShouldRateLimit`) and the
+//! standard `grpc.health.v1.Health` service: a thin adapter that converts
+//! protobuf messages to and from the transport-independent decision of
+//! [`envoy`](crate::envoy), which `POST /json` shares.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tollgate_core::{Moment, Store};
+use tollgate_rules::RateLimitUnit;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use crate::app::App;
+use crate::envoy::{self, Code, EnvoyDescriptor, EnvoyRequest};
+use crate::error::ApiError;
+use crate::headers::rate_limit_headers;
+use crate::proto::envoy::config::core::v3::HeaderValue;
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    self, DescriptorStatus, RateLimit,
+};
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+/// The `RateLimitService` implementation.
+pub struct RateLimitGrpc<S> {
+    app: App<S>,
+    response_headers: bool,
+}
+
+impl<S: Store> RateLimitGrpc<S> {
+    /// The service over `app`; with `response_headers`, the SPEC §7 headers
+    /// go into `response_headers_to_add` for Envoy to pass on.
+    pub fn new(app: App<S>, response_headers: bool) -> RateLimitGrpc<S> {
+        RateLimitGrpc {
+            app,
+            response_headers,
+        }
+    }
+}
+
+/// The status a refused request or a store failure answers.
+fn status_of(error: ApiError) -> Status {
+    match error.status.as_u16() {
+        400 | 413 => Status::invalid_argument(error.message),
+        503 => Status::unavailable(error.message),
+        _ => Status::internal(error.message),
+    }
+}
+
+/// The unit of a request-side override (`envoy.type.v3.RateLimitUnit`).
+fn override_unit(unit: i32) -> Result<RateLimitUnit, Status> {
+    match unit {
+        1 => Ok(RateLimitUnit::Second),
+        2 => Ok(RateLimitUnit::Minute),
+        3 => Ok(RateLimitUnit::Hour),
+        4 => Ok(RateLimitUnit::Day),
+        5 => Ok(RateLimitUnit::Month),
+        6 => Ok(RateLimitUnit::Year),
+        other => Err(Status::invalid_argument(format!(
+            "limit override unit {other} is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR"
+        ))),
+    }
+}
+
+fn request_of(request: RateLimitRequest) -> Result<EnvoyRequest, Status> {
+    let descriptors = request
+        .descriptors
+        .into_iter()
+        .map(|d| {
+            let limit = d
+                .limit
+                .map(|o| Ok::<_, Status>((o.requests_per_unit, override_unit(o.unit)?)))
+                .transpose()?;
+            Ok(EnvoyDescriptor {
+                entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                limit,
+                hits_addend: d.hits_addend,
+            })
+        })
+        .collect::<Result<_, Status>>()?;
+    Ok(EnvoyRequest {
+        domain: request.domain,
+        descriptors,
+        hits_addend: request.hits_addend,
+    })
+}
+
+fn code_of(code: Code) -> i32 {
+    match code {
+        Code::Ok => rate_limit_response::Code::Ok as i32,
+        Code::OverLimit => rate_limit_response::Code::OverLimit as i32,
+    }
+}
+
+fn duration_of(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> RateLimitService for RateLimitGrpc<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = std::time::Instant::now();
+        let request = request_of(request.into_inner())?;
+        let answer = envoy::should_rate_limit(&self.app, &request, Moment::Now)
+            .await
+            .map_err(status_of)?;
+        self.app
+            .metrics()
+            .observe_latency("grpc", started.elapsed());
+        let over = answer.overall_code == Code::OverLimit;
+        let response_headers_to_add = if self.response_headers {
+            let headers = rate_limit_headers(&answer.applied, answer.top.as_ref(), over);
+            headers
+                .iter()
+                .map(|(name, value)| HeaderValue {
+                    key: name.as_str().to_owned(),
+                    value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    raw_value: Vec::new(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let statuses = answer
+            .statuses
+            .into_iter()
+            .map(|s| DescriptorStatus {
+                code: code_of(s.code),
+                current_limit: s.current_limit.map(|l| RateLimit {
+                    name: l.name.unwrap_or_default(),
+                    requests_per_unit: l.requests_per_unit,
+                    unit: l.unit as i32,
+                }),
+                limit_remaining: s.limit_remaining,
+                duration_until_reset: s.duration_until_reset.map(duration_of),
+                quota: None,
+            })
+            .collect();
+        Ok(Response::new(RateLimitResponse {
+            overall_code: code_of(answer.overall_code),
+            statuses,
+            response_headers_to_add,
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+/// Serves `ShouldRateLimit` and the health service on `listener` until
+/// `shutdown` completes; calls in flight are answered first.
+pub async fn serve_grpc<S: Store>(
+    listener: TcpListener,
+    app: App<S>,
+    response_headers: bool,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RateLimitServiceServer<RateLimitGrpc<S>>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(
+            app,
+            response_headers,
+        )))
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .await
+}
