@@ -233,3 +233,132 @@ fn the_health_service_reports_serving() {
         assert_eq!(answer.status, ServingStatus::Serving as i32);
     });
 }
+
+const ENVOY_FEATURES: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      name: per-address
+      algorithm: sliding_window_log
+      unit: hour
+      requests_per_unit: 2
+  - key: remote_address
+    value: "10.0.0.1"
+    rate_limit:
+      name: vip
+      algorithm: sliding_window_log
+      unit: hour
+      requests_per_unit: 5
+      replaces:
+        - name: per-address
+  - key: path
+    value: /api/*
+    rate_limit:
+      algorithm: sliding_window_log
+      unit: hour
+      requests_per_unit: 1
+  - key: trial
+    shadow_mode: true
+    rate_limit:
+      algorithm: sliding_window_log
+      unit: hour
+      requests_per_unit: 1
+"#;
+
+fn start_with(rules: &str) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    support::write(&path, rules);
+    let server = Server::start(&["--rules", path.to_str().unwrap()]);
+    (dir, server)
+}
+
+fn edge(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+#[test]
+fn replaces_drops_the_named_limit() {
+    let (_dir, s) = start_with(ENVOY_FEATURES);
+    runtime().block_on(async {
+        // The exact value's limit (vip, 5) is found before the key-only one;
+        // a request naming both descriptors drops `per-address`.
+        let both = || {
+            edge(vec![
+                descriptor(&[("remote_address", "10.0.0.1")]),
+                descriptor(&[("remote_address", "10.0.0.2")]),
+            ])
+        };
+        let answer = ask(&s, both()).await.unwrap();
+        assert_eq!(
+            answer.statuses[0].current_limit.as_ref().unwrap().name,
+            "vip"
+        );
+        assert!(
+            answer.statuses[1].current_limit.is_none(),
+            "replaced by vip"
+        );
+        for _ in 0..4 {
+            assert_eq!(ask(&s, both()).await.unwrap().overall_code, Code::Ok as i32);
+        }
+        assert_eq!(
+            ask(&s, both()).await.unwrap().overall_code,
+            Code::OverLimit as i32
+        );
+    });
+}
+
+#[test]
+fn wildcards_count_each_value_and_shadow_mode_never_rejects() {
+    let (_dir, s) = start_with(ENVOY_FEATURES);
+    runtime().block_on(async {
+        let path = |p: &str| edge(vec![descriptor(&[("path", p)])]);
+        assert_eq!(
+            ask(&s, path("/api/a")).await.unwrap().overall_code,
+            Code::Ok as i32
+        );
+        assert_eq!(
+            ask(&s, path("/api/a")).await.unwrap().overall_code,
+            Code::OverLimit as i32
+        );
+        assert_eq!(
+            ask(&s, path("/api/b")).await.unwrap().overall_code,
+            Code::Ok as i32,
+            "one counter per value"
+        );
+        let other = ask(&s, path("/web")).await.unwrap();
+        assert!(
+            other.statuses[0].current_limit.is_none(),
+            "no match outside the prefix"
+        );
+
+        let trial = || edge(vec![descriptor(&[("trial", "t")])]);
+        ask(&s, trial()).await.unwrap();
+        let over = ask(&s, trial()).await.unwrap();
+        assert_eq!(
+            over.overall_code,
+            Code::Ok as i32,
+            "shadow mode never rejects"
+        );
+        assert_eq!(over.statuses[0].code, Code::Ok as i32);
+        assert_eq!(over.statuses[0].limit_remaining, 0);
+    });
+}
+
+#[test]
+fn an_unknown_domain_is_ok_without_limits() {
+    let (_dir, s) = start_with(ENVOY_FEATURES);
+    runtime().block_on(async {
+        let mut r = edge(vec![descriptor(&[("remote_address", "1.2.3.4")])]);
+        r.domain = "nowhere".into();
+        let answer = ask(&s, r).await.unwrap();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        assert_eq!(answer.statuses.len(), 1);
+        assert!(answer.statuses[0].current_limit.is_none());
+    });
+}
