@@ -174,7 +174,7 @@ async fn check_inline<S: Store>(
     )?;
     let decision = decisions.first().copied().unwrap_or_default();
     let shadow = app.settings().shadow;
-    let verdict = verdict(&decision, shadow);
+    let verdict = Verdict::of(&decision, shadow);
     app.metrics().count("", "inline", None, &decision, verdict);
     let mut fields = DecisionFields::of(&decision);
     fields.allowed |= shadow;
@@ -190,14 +190,6 @@ async fn check_inline<S: Store>(
         rejected: verdict == Verdict::Rejected,
         headers: app.settings().headers,
     })
-}
-
-fn verdict(decision: &Decision, shadow: bool) -> Verdict {
-    match (decision.allowed, shadow) {
-        (true, _) => Verdict::Allowed,
-        (false, true) => Verdict::ShadowRejected,
-        (false, false) => Verdict::Rejected,
-    }
 }
 
 /// The store key of a resolved descriptor.
@@ -401,7 +393,7 @@ async fn check_rules<S: Store>(
                 .reduce(Decision::most_constrained)
                 .unwrap_or_default()
         };
-        let verdict = verdict(&decision, rule.shadow_mode() || plan.global_shadow);
+        let verdict = Verdict::of(&decision, rule.shadow_mode() || plan.global_shadow);
         app.metrics()
             .count(domain, rule.id(), p.detailed.as_deref(), &decision, verdict);
         let top = if rule.shadow_mode() {

@@ -96,6 +96,33 @@ pub struct EnvoyResponse {
     pub top: Option<Decision>,
 }
 
+impl EnvoyResponse {
+    /// A limited descriptor's status: an enforced rejection makes the whole
+    /// answer over the limit, and an enforced (not shadow) decision takes
+    /// part in the most constrained one.
+    fn status(
+        &mut self,
+        decision: Decision,
+        verdict: Verdict,
+        enforced: bool,
+        current_limit: Option<CurrentLimit>,
+    ) -> DescriptorStatus {
+        let rejected = verdict == Verdict::Rejected;
+        if rejected {
+            self.overall_code = Code::OverLimit;
+        }
+        if enforced {
+            self.top = Some(self.top.map_or(decision, |t| t.most_constrained(decision)));
+        }
+        DescriptorStatus {
+            code: if rejected { Code::OverLimit } else { Code::Ok },
+            current_limit,
+            limit_remaining: remaining_u32(decision.remaining),
+            duration_until_reset: Some(decision.reset_after),
+        }
+    }
+}
+
 /// A matched descriptor: its rule, store key and detailed metric label.
 type Matched<'r> = (&'r Rule, Vec<u8>, Option<String>);
 
@@ -282,38 +309,15 @@ async fn decide_rule<S: Store>(
             .reduce(Decision::most_constrained)
             .unwrap_or_default()
     };
-    let shadow = rule.shadow_mode() || global_shadow;
-    let verdict = match (decision.allowed, shadow) {
-        (true, _) => Verdict::Allowed,
-        (false, true) => Verdict::ShadowRejected,
-        (false, false) => Verdict::Rejected,
-    };
+    let verdict = Verdict::of(&decision, rule.shadow_mode() || global_shadow);
     app.metrics()
         .count(rule.domain(), rule.id(), detailed, &decision, verdict);
-    if verdict == Verdict::Rejected {
-        response.overall_code = Code::OverLimit;
-    }
-    if !rule.shadow_mode() {
-        response.top = Some(
-            response
-                .top
-                .map_or(decision, |t| t.most_constrained(decision)),
-        );
-    }
-    Ok(DescriptorStatus {
-        code: if verdict == Verdict::Rejected {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        },
-        current_limit: reported.map(|r| CurrentLimit {
-            name,
-            requests_per_unit: r.requests_per_unit,
-            unit: r.unit,
-        }),
-        limit_remaining: remaining_u32(decision.remaining),
-        duration_until_reset: Some(decision.reset_after),
-    })
+    let current_limit = reported.map(|r| CurrentLimit {
+        name,
+        requests_per_unit: r.requests_per_unit,
+        unit: r.unit,
+    });
+    Ok(response.status(decision, verdict, !rule.shadow_mode(), current_limit))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -366,33 +370,10 @@ async fn decide_override<S: Store>(
             .push(AppliedLimit::of(limit.to_string(), &limit, decision));
         decision
     };
-    let verdict = if decision.allowed {
-        Verdict::Allowed
-    } else if app.settings().shadow {
-        Verdict::ShadowRejected
-    } else {
-        Verdict::Rejected
-    };
+    let verdict = Verdict::of(&decision, app.settings().shadow);
     app.metrics()
         .count(domain, "override", None, &decision, verdict);
-    if verdict == Verdict::Rejected {
-        response.overall_code = Code::OverLimit;
-    }
-    response.top = Some(
-        response
-            .top
-            .map_or(decision, |t| t.most_constrained(decision)),
-    );
-    Ok(DescriptorStatus {
-        code: if verdict == Verdict::Rejected {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        },
-        current_limit,
-        limit_remaining: remaining_u32(decision.remaining),
-        duration_until_reset: Some(decision.reset_after),
-    })
+    Ok(response.status(decision, verdict, true, current_limit))
 }
 
 /// The store key of an override: the domain and every entry, each part

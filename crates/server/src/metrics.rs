@@ -59,6 +59,18 @@ pub enum Verdict {
     ShadowRejected,
 }
 
+impl Verdict {
+    /// How `decision` counts: admitted, or rejected — in shadow mode only
+    /// reported.
+    pub fn of(decision: &Decision, shadow: bool) -> Verdict {
+        match (decision.allowed, shadow) {
+            (true, _) => Verdict::Allowed,
+            (false, true) => Verdict::ShadowRejected,
+            (false, false) => Verdict::Rejected,
+        }
+    }
+}
+
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 /// The service's metrics registry and handles.
