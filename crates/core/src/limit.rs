@@ -303,20 +303,43 @@ pub enum AnyAlgorithm {
     Concurrency(Concurrency),
 }
 
+/// Runs `$body` with `$a` bound to the algorithm inside any variant.
+macro_rules! each_algorithm {
+    ($any:expr, $a:ident => $body:expr) => {
+        match $any {
+            AnyAlgorithm::TokenBucket($a) => $body,
+            AnyAlgorithm::WideTokenBucket($a) => $body,
+            AnyAlgorithm::Gcra($a) => $body,
+            AnyAlgorithm::LeakyBucket($a) => $body,
+            AnyAlgorithm::FixedWindow($a) => $body,
+            AnyAlgorithm::SlidingWindowLog($a) => $body,
+            AnyAlgorithm::SlidingWindowCounter($a) => $body,
+            AnyAlgorithm::SteppedWindow($a) => $body,
+            AnyAlgorithm::Concurrency($a) => $body,
+        }
+    };
+}
+
 impl AnyAlgorithm {
+    /// The largest cost one request may ask for.
+    pub fn capacity(&self) -> u64 {
+        each_algorithm!(self, a => a.capacity())
+    }
+
+    /// An error when `cost` can never be admitted.
+    pub fn validate_cost(&self, cost: u64) -> Result<(), LimitError> {
+        each_algorithm!(self, a => a.validate_cost(cost))
+    }
+
+    /// Whether the algorithm books time slots ([`Algorithm::reserve`]);
+    /// every algorithm but `concurrency` does.
+    pub fn takes_reservations(&self) -> bool {
+        each_algorithm!(self, a => a.slot(&a.new_state(), 0, 0).is_some())
+    }
+
     /// The configured maximum.
     pub fn limit(&self) -> u64 {
-        match self {
-            AnyAlgorithm::TokenBucket(a) => a.limit(),
-            AnyAlgorithm::WideTokenBucket(a) => a.limit(),
-            AnyAlgorithm::Gcra(a) => a.limit(),
-            AnyAlgorithm::LeakyBucket(a) => a.limit(),
-            AnyAlgorithm::FixedWindow(a) => a.limit(),
-            AnyAlgorithm::SlidingWindowLog(a) => a.limit(),
-            AnyAlgorithm::SlidingWindowCounter(a) => a.limit(),
-            AnyAlgorithm::SteppedWindow(a) => a.limit(),
-            AnyAlgorithm::Concurrency(a) => a.limit(),
-        }
+        each_algorithm!(self, a => a.limit())
     }
 }
 

@@ -1,0 +1,189 @@
+//! From a store request to the script's input: each (limit, key) pair
+//! becomes a [`Cell`] with its Redis key, hash field and limit spec, and
+//! pairs naming the same limit on the same key are merged, costs summed, as
+//! the memory store merges them.
+//!
+//! Layout: one Redis hash per tollgate key, `<prefix>{<tag>}<key>`, with one
+//! field per limit on that key. The tag is a stable 64-bit hash of the key
+//! in hex, so every limit of a key lives in one cluster slot whatever bytes
+//! the key holds (a `{` in a key cannot move it), and an administrative
+//! reset of a key is one `DEL`. The raw key follows the tag, so distinct
+//! keys never share a hash and `redis-cli` shows what a hash is for.
+
+use std::hash::Hasher;
+
+use siphasher::sip::SipHasher13;
+use tollgate_core::algorithm::default_step;
+use tollgate_core::{AlgorithmName, Limit, LimitKey, StoreError};
+
+/// One limit on one key, as the script receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cell {
+    /// The Redis key of the hash.
+    pub(crate) key: Vec<u8>,
+    /// The hash field: the limit's identity.
+    pub(crate) field: String,
+    /// The limit's parameters as the script's algorithm parses them.
+    pub(crate) spec: String,
+    /// The summed cost of the requests merged into this cell.
+    pub(crate) cost: u64,
+    /// Whether the algorithm books time slots.
+    pub(crate) reservable: bool,
+}
+
+/// Requests merged into cells, and each request's cell.
+pub(crate) struct Plan {
+    pub(crate) cells: Vec<Cell>,
+    pub(crate) of_request: Vec<usize>,
+}
+
+/// The Redis key of the hash holding `key`'s states.
+pub(crate) fn redis_key(prefix: &str, key: &[u8]) -> Vec<u8> {
+    // Fixed SipHash keys: every tollgate instance must place a key alike.
+    let mut hasher = SipHasher13::new_with_keys(0x746f_6c6c_6761_7465, 0x7265_6469_735f_7461);
+    hasher.write(key);
+    let tag = hasher.finish();
+    let mut out = Vec::with_capacity(prefix.len() + 18 + key.len());
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(format!("{{{tag:016x}}}").as_bytes());
+    out.extend_from_slice(key);
+    out
+}
+
+/// Plans `requests` at `cost` each, validating every merged cost.
+pub(crate) fn plan(prefix: &str, requests: &[LimitKey<'_>], cost: u64) -> Result<Plan, StoreError> {
+    let mut cells: Vec<Cell> = Vec::with_capacity(requests.len());
+    let mut algorithms = Vec::with_capacity(requests.len());
+    let mut of_request = Vec::with_capacity(requests.len());
+    for request in requests {
+        let algorithm = request.limit.build()?;
+        let key = redis_key(prefix, request.key);
+        let field = field(request.limit);
+        match cells.iter().position(|c| c.key == key && c.field == field) {
+            Some(i) => {
+                cells[i].cost = cells[i].cost.saturating_add(cost);
+                of_request.push(i);
+            }
+            None => {
+                of_request.push(cells.len());
+                cells.push(Cell {
+                    key,
+                    spec: spec(request.limit)?,
+                    field,
+                    cost,
+                    reservable: algorithm.takes_reservations(),
+                });
+                algorithms.push(algorithm);
+            }
+        }
+    }
+    for (cell, algorithm) in cells.iter().zip(&algorithms) {
+        algorithm.validate_cost(cell.cost)?;
+    }
+    Ok(Plan { cells, of_request })
+}
+
+/// A limit's identity as a hash field: every option, unambiguous.
+pub(crate) fn field(limit: &Limit) -> String {
+    let option = |v: Option<u128>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    format!(
+        "{} {} {} {} {} {}",
+        limit.algorithm.as_str(),
+        limit.rate.limit(),
+        limit.rate.period_nanos(),
+        option(limit.burst.map(u128::from)),
+        option(limit.step.map(|d| d.as_nanos())),
+        option(limit.lease_ttl.map(|d| d.as_nanos())),
+    )
+}
+
+/// The limit's parameters as its Lua algorithm parses them (see each
+/// algorithm's file in `src/lua`).
+pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
+    let (n, p) = (limit.rate.limit(), limit.rate.period_nanos());
+    let burst = limit.burst.unwrap_or(n);
+    let name = limit.algorithm.as_str();
+    Ok(match limit.algorithm {
+        AlgorithmName::TokenBucket | AlgorithmName::Gcra | AlgorithmName::LeakyBucket => {
+            let common = gcd(n, p);
+            format!("{name} {} {} {burst}", n / common, p / common)
+        }
+        AlgorithmName::FixedWindow
+        | AlgorithmName::SlidingWindowLog
+        | AlgorithmName::SlidingWindowCounter => format!("{name} {n} {p}"),
+        AlgorithmName::SteppedWindow => {
+            let step = limit
+                .step
+                .unwrap_or_else(|| default_step(limit.rate.period()));
+            format!("{name} {n} {p} {}", step.as_nanos())
+        }
+        AlgorithmName::Concurrency => {
+            let ttl = limit
+                .lease_ttl
+                .unwrap_or(tollgate_core::limit::DEFAULT_LEASE_TTL);
+            format!("{name} {n} {}", ttl.as_nanos())
+        }
+    })
+}
+
+/// The greatest common divisor of two non-zero numbers.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::{LimitError, Rate};
+
+    #[test]
+    fn keys_share_nothing_but_their_prefix_and_carry_a_brace_free_tag() {
+        let a = redis_key("tg:", b"alice");
+        let b = redis_key("tg:", b"{bob}");
+        assert!(a.starts_with(b"tg:{") && a.ends_with(b"}alice"));
+        assert_eq!(a.len(), 3 + 18 + 5);
+        assert_ne!(a[..21], b[..21]);
+        assert!(b[4..20].iter().all(u8::is_ascii_hexdigit));
+        assert_eq!(redis_key("tg:", b"alice"), a, "stable");
+    }
+
+    #[test]
+    fn the_same_limit_on_the_same_key_is_one_cell_with_the_summed_cost() {
+        let limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(10).unwrap());
+        let other = limit.with_burst(20);
+        let requests = [
+            LimitKey {
+                limit: &limit,
+                key: b"a",
+            },
+            LimitKey {
+                limit: &other,
+                key: b"a",
+            },
+            LimitKey {
+                limit: &limit,
+                key: b"a",
+            },
+            LimitKey {
+                limit: &limit,
+                key: b"b",
+            },
+        ];
+        let plan = plan("", &requests, 3).unwrap();
+        assert_eq!(plan.of_request, [0, 1, 0, 2]);
+        assert_eq!(plan.cells[0].cost, 6);
+        assert_eq!(plan.cells[0].spec, "gcra 1 100000000 10");
+        assert_eq!(plan.cells[1].field, "gcra 10 1000000000 20 - -");
+        let too_much = [LimitKey {
+            limit: &limit,
+            key: b"a",
+        }; 2];
+        assert!(matches!(
+            super::plan("", &too_much, 6),
+            Err(StoreError::Limit(LimitError::CostTooLarge { cost: 12, .. }))
+        ));
+    }
+}

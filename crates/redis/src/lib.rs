@@ -1,0 +1,23 @@
+//! tollgate's shared store: limiter state in Redis or Redis Cluster, so that
+//! several tollgate instances enforce one set of limits together.
+//!
+//! [`RedisStore`] implements the core's [`Store`](tollgate_core::Store)
+//! trait, as the memory store does, and gives the same decisions for the
+//! same inputs: every operation is one atomic Lua script (`src/lua`) that
+//! ports the core's algorithms with exact integer arithmetic, reads the time
+//! from Redis `TIME` unless the caller passes an explicit instant, and sets a
+//! TTL on everything it writes.
+//!
+//! This crate owns the key layout, the script and its protocol, connections
+//! ([`Endpoint`]: `redis://`, `rediss://`, `unix://`, `redis+cluster://`)
+//! and the mapping of Redis failures to [`StoreError`](tollgate_core::StoreError)s.
+//! It does not own the policy applied when Redis is unreachable; the server
+//! does.
+
+mod cells;
+mod endpoint;
+mod script;
+mod store;
+
+pub use endpoint::{Endpoint, EndpointError};
+pub use store::{RedisConfig, RedisStore};

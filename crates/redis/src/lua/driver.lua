@@ -1,0 +1,213 @@
+-- The entry point: one atomic operation over every cell (limit on a key) of
+-- a request, mirroring tollgate-memory's multi.rs: every limit is evaluated
+-- before anything is counted, and a rejection counts nothing anywhere.
+--
+-- KEYS[i]      the hash holding cell i's key (one field per limit)
+-- ARGV[1]      operation: check | probe (check, counting nothing) | reserve
+--              | next | record | release | time
+-- ARGV[2]      the instant in ns since the epoch, or '' for Redis TIME
+-- ARGV[3]      extra milliseconds of TTL beyond each state's expiry
+-- ARGV[4]      reserve: max wait in ns ('' for none); release: the lease
+-- ARGV[5..]    per cell, three words: field, limit spec, cost
+-- The reply starts with the instant used, as a decimal string.
+
+local op = ARGV[1]
+
+local function current_time()
+  if ARGV[2] ~= '' then
+    return number_field(ARGV[2], 'instant')
+  end
+  local t = redis.call('TIME')
+  return B.add(B.mul(B.num(tonumber(t[1])), B.BILLION), B.num(tonumber(t[2]) * 1000))
+end
+
+local now = current_time()
+local grace_ms = tonumber(ARGV[3]) or 0
+
+-- The cells: algorithm, limit, key, field, cost and decoded state.
+local cells = {}
+for i = 1, #KEYS do
+  local base = 4 + 3 * (i - 1)
+  local field, spec, cost = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local f = words(spec)
+  local A = ALG[f[1]]
+  if A == nil then
+    error('tollgate: unknown algorithm ' .. tostring(f[1]))
+  end
+  local L = A.parse(f)
+  local stored = redis.call('HGET', KEYS[i], field)
+  if stored == false then stored = nil end
+  cells[i] = {
+    A = A,
+    L = L,
+    key = KEYS[i],
+    field = field,
+    cost = number_field(cost, 'cost'),
+    st = A.decode(L, stored),
+  }
+end
+
+-- Writes a cell's state back, with a TTL that outlives its expiry.
+local function store(c)
+  local expires = c.A.expires_at(c.L, c.st)
+  if B.cmp(expires, now) <= 0 then
+    redis.call('HDEL', c.key, c.field)
+    return
+  end
+  redis.call('HSET', c.key, c.field, c.A.encode(c.L, c.st))
+  local ttl = B.approx(B.div_ceil(B.sub(expires, now), B.MILLION)) + grace_ms
+  local current = redis.call('PTTL', c.key)
+  if current < ttl then
+    redis.call('PEXPIRE', c.key, ttl)
+  end
+end
+
+local function peek(c)
+  local d = c.A.evaluate(c.L, c.st, now, B.ZERO)
+  d.allowed = true
+  d.retry_after = B.ZERO
+  d.delay = B.ZERO
+  return d
+end
+
+local function push_decision(out, d)
+  out[#out + 1] = d.allowed and '1' or '0'
+  out[#out + 1] = B.str(d.limit)
+  out[#out + 1] = B.str(d.remaining)
+  out[#out + 1] = B.str(d.retry_after)
+  out[#out + 1] = B.str(d.reset_after)
+  out[#out + 1] = B.str(d.delay)
+  out[#out + 1] = d.lease or ''
+end
+
+-- Decides every cell; counts only when `count` and every cell admits.
+local function check(count)
+  local decisions, all = {}, true
+  for i, c in ipairs(cells) do
+    local d = c.A.evaluate(c.L, c.st, now, c.cost)
+    if B.is_zero(c.cost) then
+      d.allowed = true
+      d.retry_after = B.ZERO
+      d.delay = B.ZERO
+    end
+    decisions[i] = d
+    all = all and d.allowed
+  end
+  if count and all and #cells > 0 and not B.is_zero(cells[1].cost) then
+    for i, c in ipairs(cells) do
+      decisions[i].lease = c.A.commit(c.L, c.st, now, c.cost)
+      store(c)
+    end
+  end
+  local out = { B.str(now) }
+  for _, d in ipairs(decisions) do
+    push_decision(out, d)
+  end
+  return out
+end
+
+-- Where a reservation of cell c made at t would land: when its cost is
+-- admitted, or later when the algorithm queues it.
+local function landing(c, t)
+  local admitted = c.A.next_available(c.L, c.st, t, c.cost)
+  local slot = c.A.slot(c.L, c.st, t, c.cost)
+  if slot == nil then return admitted end
+  return B.max(admitted, slot.at)
+end
+
+local MAX_ROUNDS = 64
+
+local function reserve()
+  for _, c in ipairs(cells) do
+    if c.A.slot(c.L, c.st, now, c.cost) == nil then
+      error('tollgate: reservation_unsupported')
+    end
+  end
+  local wait, refused = B.ZERO, nil
+  if #cells > 0 and not B.is_zero(cells[1].cost) then
+    local at, converged = now, false
+    for _ = 1, MAX_ROUNDS do
+      local next_at = at
+      for _, c in ipairs(cells) do
+        next_at = B.max(next_at, landing(c, at))
+      end
+      if B.cmp(next_at, at) == 0 then
+        converged = true
+        break
+      end
+      at = next_at
+    end
+    local slots, shaping = {}, B.ZERO
+    for i, c in ipairs(cells) do
+      slots[i] = c.A.slot(c.L, c.st, at, c.cost)
+      shaping = B.max(shaping, slots[i].wait)
+    end
+    wait = B.sat64(B.add(B.sub(at, now), shaping))
+    local limit = B.U64_MAX
+    if ARGV[4] ~= '' then limit = number_field(ARGV[4], 'max wait') end
+    if not converged or B.cmp(wait, limit) > 0 then
+      refused = B.max(B.sub(wait, limit), B.ONE)
+    else
+      for i, c in ipairs(cells) do
+        c.A.book(c.L, c.st, at, slots[i], c.cost)
+        store(c)
+      end
+    end
+  end
+  local out = { B.str(now), refused == nil and '1' or '0', B.str(wait), B.str(refused or B.ZERO) }
+  for _, c in ipairs(cells) do
+    local d = peek(c)
+    if refused ~= nil then
+      d.allowed = false
+      d.retry_after = refused
+    end
+    push_decision(out, d)
+  end
+  return out
+end
+
+local function next_available()
+  local c = cells[1]
+  local instant = now
+  if not B.is_zero(c.cost) then
+    instant = c.A.next_available(c.L, c.st, now, c.cost)
+  end
+  return { B.str(now), B.str(instant) }
+end
+
+local function record()
+  local c = cells[1]
+  if c.A.record == nil then
+    error('tollgate: record_unsupported')
+  end
+  local count = c.A.record(c.L, c.st, now, c.cost)
+  store(c)
+  return { B.str(now), B.str(count) }
+end
+
+local function release()
+  local c = cells[1]
+  local held = false
+  if c.A.release ~= nil then
+    held = c.A.release(c.L, c.st, ARGV[4])
+  end
+  if held then store(c) end
+  return { B.str(now), held and '1' or '0' }
+end
+
+if op == 'check' then
+  return check(true)
+elseif op == 'probe' then
+  return check(false)
+elseif op == 'reserve' then
+  return reserve()
+elseif op == 'next' then
+  return next_available()
+elseif op == 'record' then
+  return record()
+elseif op == 'release' then
+  return release()
+elseif op == 'time' then
+  return { B.str(now) }
+end
+error('tollgate: unknown operation ' .. tostring(op))

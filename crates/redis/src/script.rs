@@ -1,0 +1,17 @@
+//! The Lua script every operation runs, assembled from `src/lua`: the
+//! bigint library, the algorithm table, one file per algorithm, and the
+//! driver that decodes the call and runs the operation. See driver.lua for
+//! the calling convention.
+
+/// The whole script. `redis::Script` calls it by SHA1 (`EVALSHA`) and loads
+/// it again when a server answers `NOSCRIPT` (after a restart, a failover
+/// or `SCRIPT FLUSH`).
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("lua/bigint.lua"),
+    "\n",
+    include_str!("lua/algorithms.lua"),
+    "\n",
+    include_str!("lua/gcra.lua"),
+    "\n",
+    include_str!("lua/driver.lua"),
+);

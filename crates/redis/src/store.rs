@@ -1,0 +1,457 @@
+//! [`RedisStore`]: the core's [`Store`] trait over a Redis or Redis Cluster
+//! connection.
+//!
+//! Each operation is one call of the script (`EVALSHA`) carrying every cell
+//! of the request, bounded by the configured timeout. Connections are
+//! multiplexed: concurrent calls from many tasks are written back to back on
+//! one socket per server and their replies matched in order, so throughput
+//! is not one round trip per decision. Connecting is lazy: a store opens
+//! while Redis is down, fails its calls fast with [`StoreError`]s, and
+//! recovers by itself when Redis answers again.
+//!
+//! On a cluster, a request whose keys fall in different slots cannot be one
+//! script. It is checked on every slot first without counting (`probe`),
+//! and only if every limit admits it is it counted, slot by slot, each slot
+//! atomically. No limit ever admits beyond itself; a race between the probe
+//! and the count can only leave a rejected request counted in the slots
+//! before the one that refused it (an under-admission, never an
+//! over-admission). Reservations across slots are refused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use tollgate_core::time::duration_to_nanos;
+use tollgate_core::{Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError};
+
+use crate::cells::{self, Cell, Plan};
+use crate::endpoint::Endpoint;
+use crate::script::SOURCE;
+
+/// How the Redis store behaves.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// Prepended to every key the store writes (default `tollgate:`).
+    pub key_prefix: String,
+    /// The longest an operation may take, connecting included; after it
+    /// the operation fails with [`StoreError::Timeout`] (default 250 ms).
+    pub timeout: Duration,
+    /// How long a key outlives the expiry of the states it holds (default
+    /// 1 s), so that clocks a little apart never drop a live state early.
+    pub ttl_grace: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            key_prefix: "tollgate:".to_owned(),
+            timeout: Duration::from_millis(250),
+            ttl_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Limiter state in Redis, shared by every tollgate instance using it.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    script: redis::Script,
+    config: RedisConfig,
+}
+
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(Box<LazyCluster>),
+}
+
+/// A cluster connection made on first use and kept; the cluster client
+/// follows `MOVED`/`ASK` and refreshes its slot map after failovers.
+struct LazyCluster {
+    client: ClusterClient,
+    live: ArcSwapOption<ClusterConnection>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl LazyCluster {
+    async fn get(&self) -> Result<ClusterConnection, StoreError> {
+        if let Some(live) = self.live.load_full() {
+            return Ok((*live).clone());
+        }
+        let _one_at_a_time = self.connecting.lock().await;
+        if let Some(live) = self.live.load_full() {
+            return Ok((*live).clone());
+        }
+        let connection = self
+            .client
+            .get_async_connection()
+            .await
+            .map_err(unavailable)?;
+        self.live.store(Some(Arc::new(connection.clone())));
+        Ok(connection)
+    }
+}
+
+fn unavailable(error: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+/// A reply that does not have the script's shape.
+fn malformed(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("unexpected reply from the Redis script: {what}"))
+}
+
+impl RedisStore {
+    /// A store on `endpoint`. Returns at once without connecting (Redis may
+    /// be down); must be called inside a tokio runtime.
+    pub fn open(endpoint: &Endpoint, config: RedisConfig) -> Result<RedisStore, StoreError> {
+        let connection = match endpoint {
+            Endpoint::Single(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(config.timeout))
+                    .set_response_timeout(Some(config.timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(config.timeout);
+                Connection::Single(
+                    ConnectionManager::new_lazy_with_config(client, manager_config)
+                        .map_err(unavailable)?,
+                )
+            }
+            Endpoint::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                    .connection_timeout(config.timeout)
+                    .response_timeout(config.timeout)
+                    .retries(2)
+                    .build()
+                    .map_err(unavailable)?;
+                Connection::Cluster(Box::new(LazyCluster {
+                    client,
+                    live: ArcSwapOption::empty(),
+                    connecting: tokio::sync::Mutex::new(()),
+                }))
+            }
+        };
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                script: redis::Script::new(SOURCE),
+                config,
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// Whether Redis answers a `PING` within the timeout (for readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.bounded(async {
+            let _: String = self.command(redis::cmd("PING")).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `future`, failed with [`StoreError::Timeout`] when it takes too long.
+    async fn bounded<T>(
+        &self,
+        future: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let timeout = self.inner.config.timeout;
+        tokio::time::timeout(timeout, future)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(timeout)))
+    }
+
+    async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        match &self.inner.connection {
+            Connection::Single(manager) => cmd
+                .query_async(&mut manager.clone())
+                .await
+                .map_err(unavailable),
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.get().await?;
+                cmd.query_async(&mut connection).await.map_err(unavailable)
+            }
+        }
+    }
+
+    /// Runs the script's `op` over `cells` (all in one slot on a cluster).
+    async fn run(
+        &self,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+        extra: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut invocation = self.inner.script.prepare_invoke();
+        for cell in cells {
+            invocation.key(cell.key.as_slice());
+        }
+        let at = match at {
+            Moment::Now => String::new(),
+            Moment::At(ns) => ns.to_string(),
+        };
+        let grace_ms = self.inner.config.ttl_grace.as_millis().to_string();
+        invocation.arg(op).arg(at).arg(grace_ms).arg(extra);
+        for cell in cells {
+            invocation
+                .arg(cell.field.as_str())
+                .arg(cell.spec.as_str())
+                .arg(cell.cost);
+        }
+        self.bounded(async {
+            match &self.inner.connection {
+                Connection::Single(manager) => invocation
+                    .invoke_async(&mut manager.clone())
+                    .await
+                    .map_err(script_error),
+                Connection::Cluster(cluster) => {
+                    let mut connection = cluster.get().await?;
+                    invocation
+                        .invoke_async(&mut connection)
+                        .await
+                        .map_err(script_error)
+                }
+            }
+        })
+        .await
+    }
+
+    /// The cells grouped by cluster slot (one group on a single node).
+    fn groups<'c>(&self, cells: &'c [Cell]) -> Vec<Vec<&'c Cell>> {
+        if matches!(self.inner.connection, Connection::Single(_)) {
+            return vec![cells.iter().collect()];
+        }
+        let mut groups: Vec<(Slot, Vec<&Cell>)> = Vec::new();
+        for cell in cells {
+            let slot = Slot::for_key(&cell.key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(cell),
+                None => groups.push((slot, vec![cell])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
+    }
+
+    async fn check_plan(
+        &self,
+        plan: &Plan,
+        at: Moment,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let groups = self.groups(&plan.cells);
+        let mut decisions = Vec::with_capacity(plan.cells.len());
+        if let [group] = groups.as_slice() {
+            decisions = decode_decisions(&self.run("check", group, at, "").await?, 1, group.len())?;
+        } else {
+            // Across cluster slots: probe everywhere, then count slot by slot
+            // (see the module documentation). All slots use one instant.
+            let at = match at {
+                Moment::Now => Moment::At(self.now().await?),
+                at => at,
+            };
+            let mut all = true;
+            for group in &groups {
+                let reply = self.run("probe", group, at, "").await?;
+                let probed = decode_decisions(&reply, 1, group.len())?;
+                all &= probed.iter().all(|d| d.allowed);
+                decisions.extend(probed);
+            }
+            if all && cost > 0 {
+                decisions.clear();
+                let mut refused = false;
+                for group in &groups {
+                    let op = if refused { "probe" } else { "check" };
+                    let reply = self.run(op, group, at, "").await?;
+                    let counted = decode_decisions(&reply, 1, group.len())?;
+                    refused |= counted.iter().any(|d| !d.allowed);
+                    decisions.extend(counted);
+                }
+            }
+            // Back from slot order to cell order.
+            let order: Vec<&Cell> = groups.iter().flatten().copied().collect();
+            let mut in_cell_order = Vec::with_capacity(decisions.len());
+            for cell in &plan.cells {
+                let i = order
+                    .iter()
+                    .position(|c| std::ptr::eq(*c, cell))
+                    .ok_or_else(|| malformed("cell lost"))?;
+                in_cell_order.push(decisions[i]);
+            }
+            decisions = in_cell_order;
+        }
+        Ok(plan.of_request.iter().map(|&i| decisions[i]).collect())
+    }
+}
+
+/// Errors the script raises on purpose carry a `tollgate:` prefix.
+fn script_error(error: redis::RedisError) -> StoreError {
+    let text = error.to_string();
+    if text.contains("tollgate: reservation_unsupported") {
+        return StoreError::Limit(LimitError::ReservationUnsupported);
+    }
+    StoreError::Unavailable(text)
+}
+
+fn number(reply: &[String], i: usize) -> Result<u64, StoreError> {
+    reply
+        .get(i)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| malformed("a number was expected"))
+}
+
+/// `count` decisions of seven words each, from `reply[start..]`.
+fn decode_decisions(
+    reply: &[String],
+    start: usize,
+    count: usize,
+) -> Result<Vec<Decision>, StoreError> {
+    if reply.len() != start + 7 * count {
+        return Err(malformed("wrong length"));
+    }
+    (0..count)
+        .map(|i| {
+            let base = start + 7 * i;
+            let lease = match reply[base + 6].as_str() {
+                "" => None,
+                _ => Some(number(reply, base + 6)?),
+            };
+            Ok(Decision {
+                allowed: reply[base] == "1",
+                limit: number(reply, base + 1)?,
+                remaining: number(reply, base + 2)?,
+                retry_after: Duration::from_nanos(number(reply, base + 3)?),
+                reset_after: Duration::from_nanos(number(reply, base + 4)?),
+                delay: Duration::from_nanos(number(reply, base + 5)?),
+                lease,
+            })
+        })
+        .collect()
+}
+
+impl Store for RedisStore {
+    async fn check(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let plan = cells::plan(&self.inner.config.key_prefix, requests, cost)?;
+        self.check_plan(&plan, at, cost).await
+    }
+
+    async fn reserve(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<MultiReservation, StoreError> {
+        let plan = cells::plan(&self.inner.config.key_prefix, requests, cost)?;
+        if plan.cells.iter().any(|c| !c.reservable) {
+            return Err(LimitError::ReservationUnsupported.into());
+        }
+        if plan.cells.is_empty() {
+            return Ok(MultiReservation {
+                wait: Duration::ZERO,
+                booked: true,
+                retry_after: Duration::ZERO,
+                decisions: Vec::new(),
+            });
+        }
+        let groups = self.groups(&plan.cells);
+        let [group] = groups.as_slice() else {
+            return Err(StoreError::Unavailable(
+                "a reservation across Redis Cluster slots cannot be atomic; give its keys one hash slot".to_owned(),
+            ));
+        };
+        let max_wait = max_wait.map_or(String::new(), |d| duration_to_nanos(d).to_string());
+        let reply = self.run("reserve", group, at, &max_wait).await?;
+        let decisions = decode_decisions(&reply, 4, group.len())?;
+        Ok(MultiReservation {
+            booked: reply[1] == "1",
+            wait: Duration::from_nanos(number(&reply, 2)?),
+            retry_after: Duration::from_nanos(number(&reply, 3)?),
+            decisions: plan.of_request.iter().map(|&i| decisions[i]).collect(),
+        })
+    }
+
+    async fn next_available(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        let plan = cells::plan(&self.inner.config.key_prefix, &[request], cost)?;
+        let reply = self.run("next", &[&plan.cells[0]], at, "").await?;
+        number(&reply, 1)
+    }
+
+    async fn record(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        let plan = cells::plan(&self.inner.config.key_prefix, &[request], 0)?;
+        let mut cell = plan.cells[0].clone();
+        cell.cost = cost;
+        let reply = self.run("record", &[&cell], at, "").await?;
+        number(&reply, 1)
+    }
+
+    async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
+        let plan = cells::plan(&self.inner.config.key_prefix, &[request], 0)?;
+        let reply = self
+            .run(
+                "release",
+                &[&plan.cells[0]],
+                Moment::Now,
+                &lease.to_string(),
+            )
+            .await?;
+        Ok(reply.get(1).is_some_and(|s| s == "1"))
+    }
+
+    async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
+        let key = cells::redis_key(&self.inner.config.key_prefix, key);
+        let mut pipe = redis::pipe();
+        pipe.atomic().hlen(&key).del(&key).ignore();
+        let (held,): (usize,) = self
+            .bounded(async {
+                match &self.inner.connection {
+                    Connection::Single(manager) => pipe
+                        .query_async(&mut manager.clone())
+                        .await
+                        .map_err(unavailable),
+                    Connection::Cluster(cluster) => {
+                        let mut connection = cluster.get().await?;
+                        pipe.query_async(&mut connection).await.map_err(unavailable)
+                    }
+                }
+            })
+            .await?;
+        Ok(held)
+    }
+
+    async fn now(&self) -> Result<u64, StoreError> {
+        let (secs, micros): (u64, u64) = self.bounded(self.command(redis::cmd("TIME"))).await?;
+        Ok(secs
+            .saturating_mul(1_000_000_000)
+            .saturating_add(micros * 1_000))
+    }
+}

@@ -1,0 +1,199 @@
+//! Real Redis for tollgate's tests: [`RedisServer`] starts a `redis-server`
+//! process on a free loopback port, [`RedisCluster`] starts several and joins
+//! them into a Redis Cluster with `redis-cli --cluster create`. Each lives in
+//! its own temporary directory, keeps nothing on disk, and is killed when
+//! dropped. No test uses a Redis it did not start.
+//!
+//! The binaries come from Debian's `redis-server` package, which
+//! `scripts/test` installs when it is missing. This crate is for tests only
+//! and panics (with a message) when the environment cannot run Redis.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start answering.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A standalone server on a free port.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// A server with extra `redis-server` arguments (e.g. cluster mode).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts (scripts/test installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !self.answers() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} never answered",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the server answers `PING`.
+    pub fn answers(&self) -> bool {
+        self.command("PING").is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    /// Sends one inline command and returns the raw reply (None when the
+    /// server is unreachable).
+    pub fn command(&self, command: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+        let mut reply = vec![0; 64 * 1024];
+        let n = stream.read(&mut reply).ok()?;
+        Some(String::from_utf8_lossy(&reply[..n]).into_owned())
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the process (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The server's working directory.
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis Cluster of masters without replicas.
+pub struct RedisCluster {
+    /// The masters, in creation order.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `masters` cluster-enabled servers joined into one cluster, waiting
+    /// until every node reports `cluster_state:ok`.
+    pub fn start(masters: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-require-full-coverage",
+                    "no",
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// Waits until every live node reports `cluster_state:ok` and knows
+    /// every live node.
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                n.command("CLUSTER INFO")
+                    .is_some_and(|info| info.contains("cluster_state:ok"))
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster never became ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+}
