@@ -54,9 +54,27 @@ pub struct ServeArgs {
     /// Rules file or directory (reloaded when it changes).
     #[arg(long, env = "TOLLGATE_RULES")]
     pub rules: Option<PathBuf>,
-    /// Where limiter state lives [default: memory].
-    #[arg(long, env = "TOLLGATE_STORE")]
+    /// Where limiter state lives: `memory`, or a shared Redis:
+    /// `redis://host:port/db`, `rediss://…` (TLS), `unix:///path`,
+    /// `redis+cluster://host:port,host:port,…` [default: memory].
+    #[arg(long, env = "TOLLGATE_STORE", hide_env_values = true)]
     pub store: Option<String>,
+    /// When the shared store fails: `fail_open` (admit, marked degraded),
+    /// `fail_closed` (503 / UNAVAILABLE) or `local` (this process's memory
+    /// store, marked degraded) [default: fail_closed].
+    #[arg(long, env = "TOLLGATE_ON_STORE_ERROR")]
+    pub on_store_error: Option<String>,
+    /// Longest wait for the shared store per call, in milliseconds, before
+    /// the failure policy applies [default: 250].
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT_MS")]
+    pub store_timeout_ms: Option<u64>,
+    /// Prefix of every Redis key tollgate writes [default: tollgate:].
+    #[arg(long, env = "TOLLGATE_REDIS_PREFIX")]
+    pub redis_prefix: Option<String>,
+    /// Ask Redis even for keys known to be over their limit (turns off the
+    /// local over-limit cache).
+    #[arg(long, env = "TOLLGATE_NO_OVER_LIMIT_CACHE")]
+    pub no_over_limit_cache: bool,
     /// Memory store cap in bytes [default: 268435456].
     #[arg(long, env = "TOLLGATE_MEMORY_MAX_BYTES")]
     pub memory_max_bytes: Option<usize>,

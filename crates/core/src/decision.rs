@@ -23,6 +23,10 @@ pub struct Decision {
     pub delay: Duration,
     /// `concurrency` only: the lease an admitted request must release.
     pub lease: Option<u64>,
+    /// The store could not be asked and the decision comes from the
+    /// configured failure policy (admitted without counting, or counted in
+    /// this instance's memory only). Algorithms never set it.
+    pub degraded: bool,
 }
 
 impl Decision {

@@ -48,4 +48,4 @@ pub use algorithm::Algorithm;
 pub use decision::{Decision, Reservation};
 pub use limit::{AlgorithmName, AnyAlgorithm, Limit, LimitError};
 pub use rate::{Rate, RateError};
-pub use store::{LimitKey, Moment, MultiReservation, Store, StoreError};
+pub use store::{LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus};

@@ -74,6 +74,18 @@ impl StoreError {
     }
 }
 
+/// Whether a store can serve decisions now (for readiness probes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreStatus {
+    /// Decisions come from the store.
+    Ready,
+    /// The store is unreachable, and a failure policy answers instead
+    /// (admitting, or counting in this process only); the reason.
+    Degraded(String),
+    /// The store is unreachable and requests fail; the reason.
+    Unavailable(String),
+}
+
 /// A keyed store of limiter state: the operations a server needs, each
 /// atomic over all the limits it names.
 pub trait Store: Send + Sync + 'static {
@@ -129,4 +141,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// The store's current time, in nanoseconds since the Unix epoch.
     fn now(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Whether the store can serve decisions now: ready when it can tell
+    /// the time.
+    fn status(&self) -> impl Future<Output = StoreStatus> + Send {
+        async {
+            match self.now().await {
+                Ok(_) => StoreStatus::Ready,
+                Err(e) => StoreStatus::Unavailable(e.to_string()),
+            }
+        }
+    }
 }

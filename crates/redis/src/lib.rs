@@ -16,6 +16,7 @@
 
 mod cells;
 mod endpoint;
+mod over_limit;
 mod script;
 mod store;
 

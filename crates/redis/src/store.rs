@@ -18,7 +18,7 @@
 //! over-admission). Reservations across slots are refused.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -30,6 +30,7 @@ use tollgate_core::{Decision, LimitError, LimitKey, Moment, MultiReservation, St
 
 use crate::cells::{self, Cell, Plan};
 use crate::endpoint::Endpoint;
+use crate::over_limit::{self, OverLimitCache};
 use crate::script::SOURCE;
 
 /// How the Redis store behaves.
@@ -43,6 +44,9 @@ pub struct RedisConfig {
     /// How long a key outlives the expiry of the states it holds (default
     /// 1 s), so that clocks a little apart never drop a live state early.
     pub ttl_grace: Duration,
+    /// Answer a request Redis rejected, until its wait is over, without
+    /// asking again (default on; see the `over_limit` module).
+    pub over_limit_cache: bool,
 }
 
 impl Default for RedisConfig {
@@ -51,6 +55,7 @@ impl Default for RedisConfig {
             key_prefix: "tollgate:".to_owned(),
             timeout: Duration::from_millis(250),
             ttl_grace: Duration::from_secs(1),
+            over_limit_cache: true,
         }
     }
 }
@@ -65,6 +70,7 @@ struct Inner {
     connection: Connection,
     script: redis::Script,
     config: RedisConfig,
+    over_limit: OverLimitCache,
 }
 
 enum Connection {
@@ -81,6 +87,11 @@ struct LazyCluster {
 }
 
 impl LazyCluster {
+    /// Drops the connection; the next call connects again.
+    fn forget(&self) {
+        self.live.store(None);
+    }
+
     async fn get(&self) -> Result<ClusterConnection, StoreError> {
         if let Some(live) = self.live.load_full() {
             return Ok((*live).clone());
@@ -144,8 +155,15 @@ impl RedisStore {
                 connection,
                 script: redis::Script::new(SOURCE),
                 config,
+                over_limit: OverLimitCache::default(),
             }),
         })
+    }
+
+    /// The Redis key of the hash that holds `key`'s states (for operators
+    /// inspecting Redis, and for tests that must know a key's slot).
+    pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
+        cells::redis_key(&self.inner.config.key_prefix, key)
     }
 
     /// The configuration.
@@ -168,9 +186,18 @@ impl RedisStore {
         future: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let timeout = self.inner.config.timeout;
-        tokio::time::timeout(timeout, future)
+        let result = tokio::time::timeout(timeout, future)
             .await
-            .unwrap_or(Err(StoreError::Timeout(timeout)))
+            .unwrap_or(Err(StoreError::Timeout(timeout)));
+        if let (Err(error), Connection::Cluster(cluster)) = (&result, &self.inner.connection) {
+            // The cluster client refreshes its slot map on MOVED and on some
+            // connection errors, but a dead master's socket can keep timing
+            // out; starting over from the seeds finds the promoted replica.
+            if !error.to_string().contains("tollgate:") {
+                cluster.forget();
+            }
+        }
+        result
     }
 
     async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
@@ -250,6 +277,16 @@ impl RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<Vec<Decision>, StoreError> {
+        Ok(self.check_cells(plan, at, cost).await?.0)
+    }
+
+    /// The plan's decisions per request, and per cell.
+    async fn check_cells(
+        &self,
+        plan: &Plan,
+        at: Moment,
+        cost: u64,
+    ) -> Result<(Vec<Decision>, Vec<Decision>), StoreError> {
         let groups = self.groups(&plan.cells);
         let mut decisions = Vec::with_capacity(plan.cells.len());
         if let [group] = groups.as_slice() {
@@ -291,7 +328,8 @@ impl RedisStore {
             }
             decisions = in_cell_order;
         }
-        Ok(plan.of_request.iter().map(|&i| decisions[i]).collect())
+        let by_request = plan.of_request.iter().map(|&i| decisions[i]).collect();
+        Ok((by_request, decisions))
     }
 }
 
@@ -335,6 +373,7 @@ fn decode_decisions(
                 reset_after: Duration::from_nanos(number(reply, base + 4)?),
                 delay: Duration::from_nanos(number(reply, base + 5)?),
                 lease,
+                degraded: false,
             })
         })
         .collect()
@@ -351,7 +390,24 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let plan = cells::plan(&self.inner.config.key_prefix, requests, cost)?;
-        self.check_plan(&plan, at, cost).await
+        let cacheable = self.inner.config.over_limit_cache
+            && at == Moment::Now
+            && cost > 0
+            && plan.cells.iter().all(|c| c.reservable);
+        if !cacheable {
+            return self.check_plan(&plan, at, cost).await;
+        }
+        let fingerprint = over_limit::fingerprint(&plan.cells);
+        if let Some(cells) = self.inner.over_limit.get(fingerprint, Instant::now()) {
+            return Ok(plan.of_request.iter().map(|&i| cells[i]).collect());
+        }
+        let (decisions, cells) = self.check_cells(&plan, at, cost).await?;
+        if decisions.iter().any(|d| !d.allowed) {
+            self.inner
+                .over_limit
+                .insert(fingerprint, &plan.cells, &cells, Instant::now());
+        }
+        Ok(decisions)
     }
 
     async fn reserve(
@@ -429,6 +485,7 @@ impl Store for RedisStore {
 
     async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
         let key = cells::redis_key(&self.inner.config.key_prefix, key);
+        self.inner.over_limit.forget_key(&key);
         let mut pipe = redis::pipe();
         pipe.atomic().hlen(&key).del(&key).ignore();
         let (held,): (usize,) = self

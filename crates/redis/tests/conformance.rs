@@ -58,6 +58,7 @@ fn stores(server: &RedisServer, namespace: &str) -> (LocalStore, RedisStore) {
         // Explicit instants never meet Redis's clock; keep every key alive
         // for the whole run however slow the machine is.
         ttl_grace: Duration::from_secs(3600),
+        ..RedisConfig::default()
     };
     let redis = RedisStore::open(&server.url().parse().unwrap(), config).unwrap();
     (memory, redis)

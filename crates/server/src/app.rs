@@ -47,12 +47,24 @@ impl<S: Store> App<S> {
         rules_path: Option<PathBuf>,
         settings: Settings,
     ) -> App<S> {
+        App::with_metrics(store, rules, rules_path, settings, Metrics::new())
+    }
+
+    /// [`App::new`] with metrics made beforehand (so a store wrapper can
+    /// count into them).
+    pub fn with_metrics(
+        store: S,
+        rules: RuleSet,
+        rules_path: Option<PathBuf>,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> App<S> {
         App {
             inner: Arc::new(Shared {
                 store,
                 rules: ArcSwap::from_pointee(rules),
                 rules_path,
-                metrics: Metrics::new(),
+                metrics,
                 settings,
             }),
         }

@@ -24,6 +24,9 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `X-RateLimit-Degraded: 1`: the store could not be asked and the failure
+/// policy decided (SPEC §8).
+pub const X_RATELIMIT_DEGRADED: HeaderName = HeaderName::from_static("x-ratelimit-degraded");
 
 /// One limit that applied to a request, as the headers describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +83,9 @@ pub fn add_rate_limit_headers(
     }
     insert(headers, RATELIMIT_POLICY, policy);
     insert(headers, RATELIMIT, state);
+    if applied.iter().any(|a| a.decision.degraded) {
+        insert(headers, X_RATELIMIT_DEGRADED, "1".to_owned());
+    }
     if let Some(top) = top {
         insert(headers, X_RATELIMIT_LIMIT, top.limit.to_string());
         insert(headers, X_RATELIMIT_REMAINING, top.remaining.to_string());

@@ -19,6 +19,7 @@
 //! - `envoy`: envoyproxy/ratelimit's `ShouldRateLimit`, for `/json` and
 //!   gRPC.
 //! - `grpc`: the Envoy rate limit gRPC service and the health service.
+//! - `guarded`: a shared store under the `--on-store-error` policy.
 //! - `proto`: the protobuf types and gRPC stubs generated from `proto/`.
 //! - `answer`, `error`: the one place decisions and errors become HTTP.
 //! - `headers`: the rate-limit headers of SPEC §7.
@@ -32,6 +33,7 @@ pub mod envoy;
 pub mod error;
 mod extract;
 pub mod grpc;
+pub mod guarded;
 pub mod headers;
 pub mod metrics;
 pub mod proto;

@@ -362,6 +362,12 @@ impl Metrics {
         self.store_errors.inc();
     }
 
+    /// The failed-store-operations counter, for a store wrapper that
+    /// answers some failures itself ([`Guarded`](crate::guarded::Guarded)).
+    pub fn store_error_counter(&self) -> Counter {
+        self.store_errors.clone()
+    }
+
     /// Failed store operations so far (for `/readyz`).
     pub fn store_errors(&self) -> u64 {
         self.store_errors.get()

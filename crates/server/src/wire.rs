@@ -96,6 +96,9 @@ pub struct DecisionFields {
     /// `concurrency`: the lease to hand back to `/v1/release`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
+    /// The store could not be asked; the failure policy decided (SPEC §8).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub degraded: bool,
 }
 
 impl DecisionFields {
@@ -109,6 +112,7 @@ impl DecisionFields {
             reset_after_ms: nanos_to_ms_ceil(duration_nanos(decision.reset_after)),
             delay_ms: nanos_to_ms_ceil(duration_nanos(decision.delay)),
             lease: decision.lease,
+            degraded: decision.degraded,
         }
     }
 
@@ -122,6 +126,7 @@ impl DecisionFields {
             reset_after_ms: 0,
             delay_ms: 0,
             lease: None,
+            degraded: false,
         }
     }
 }

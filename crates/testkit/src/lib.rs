@@ -130,17 +130,18 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of masters without replicas.
+/// A Redis Cluster.
 pub struct RedisCluster {
-    /// The masters, in creation order.
+    /// The nodes, in creation order (`redis-cli` makes the first ones
+    /// masters and the rest their replicas).
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
-    /// `masters` cluster-enabled servers joined into one cluster, waiting
-    /// until every node reports `cluster_state:ok`.
-    pub fn start(masters: usize) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..masters)
+    /// `masters` masters with `replicas` replicas each, joined into one
+    /// cluster, waiting until every node reports `cluster_state:ok`.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -159,7 +160,7 @@ impl RedisCluster {
         let status = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -185,6 +186,57 @@ impl RedisCluster {
             assert!(Instant::now() < deadline, "the cluster never became ok");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The node serving `key`'s slot as a master now (asks any live node).
+    pub fn master_of(&self, key: &str) -> usize {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .expect("a live node");
+        let reply = live
+            .command(&format!("CLUSTER KEYSLOT {key}"))
+            .expect("CLUSTER KEYSLOT answers");
+        let slot: u16 = reply
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .expect("a slot");
+        let reply = live
+            .command("CLUSTER SLOTS")
+            .expect("CLUSTER SLOTS answers");
+        // Inline RESP parse of the masters' ranges: each range is
+        // `*N :start :end *3 $9 127.0.0.1 :port …`; the first port after
+        // a range is its master's.
+        let words: Vec<&str> = reply.split("\r\n").collect();
+        let mut i = 0;
+        while i + 2 < words.len() {
+            if let (Some(start), Some(end)) = (
+                words[i]
+                    .strip_prefix(':')
+                    .and_then(|w| w.parse::<u16>().ok()),
+                words[i + 1]
+                    .strip_prefix(':')
+                    .and_then(|w| w.parse::<u16>().ok()),
+            ) {
+                if (start..=end).contains(&slot) {
+                    let port = words[i + 2..]
+                        .iter()
+                        .find_map(|w| w.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()))
+                        .expect("a master port");
+                    return self
+                        .nodes
+                        .iter()
+                        .position(|n| n.port() == port)
+                        .expect("a node of this cluster");
+                }
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+        panic!("no master serves slot {slot}");
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`

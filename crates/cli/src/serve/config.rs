@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate_memory::DEFAULT_MAX_BYTES;
+use tollgate_redis::{Endpoint, RedisConfig};
+use tollgate_server::guarded::OnStoreError;
 use tollgate_server::Settings;
 
 use crate::args::ServeArgs;
@@ -21,6 +23,10 @@ struct ConfigFile {
     response_headers: Option<bool>,
     rules: Option<PathBuf>,
     store: Option<String>,
+    on_store_error: Option<String>,
+    store_timeout_ms: Option<u64>,
+    redis_prefix: Option<String>,
+    no_over_limit_cache: Option<bool>,
     memory_max_bytes: Option<usize>,
     trust_client_time: Option<bool>,
     snapshot: Option<PathBuf>,
@@ -38,6 +44,23 @@ struct ConfigFile {
 pub enum StoreChoice {
     /// The embedded memory store.
     Memory,
+    /// A shared Redis or Redis Cluster.
+    Redis(SharedStore),
+}
+
+/// The settings of a shared store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedStore {
+    /// Where it is.
+    pub endpoint: Endpoint,
+    /// What to do when it fails.
+    pub on_error: OnStoreError,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// Key prefix.
+    pub prefix: String,
+    /// Answer keys known to be over their limit without asking Redis.
+    pub over_limit_cache: bool,
 }
 
 /// How logs are written.
@@ -105,13 +128,38 @@ impl ServeConfig {
             Some(path) => read_file(path)?,
             None => ConfigFile::default(),
         };
+        let on_error = match args.on_store_error.clone().or(file.on_store_error) {
+            Some(text) => text.parse().map_err(ConfigError::Invalid)?,
+            None => OnStoreError::FailClosed,
+        };
+        let defaults = RedisConfig::default();
+        let timeout = args
+            .store_timeout_ms
+            .or(file.store_timeout_ms)
+            .map_or(defaults.timeout, Duration::from_millis);
+        if timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "store_timeout_ms must be positive".into(),
+            ));
+        }
         let store = match args.store.clone().or(file.store).as_deref() {
             None | Some("memory") => StoreChoice::Memory,
-            Some(other) => {
-                return Err(ConfigError::Invalid(format!(
-                    "store {other:?} is not available: this build supports `memory`"
-                )))
-            }
+            Some(url) => StoreChoice::Redis(SharedStore {
+                endpoint: url.parse().map_err(|e: tollgate_redis::EndpointError| {
+                    ConfigError::Invalid(format!(
+                        "store: {e} (use `memory` or a redis://, rediss://, unix:// or redis+cluster:// URL)"
+                    ))
+                })?,
+                on_error,
+                timeout,
+                prefix: args
+                    .redis_prefix
+                    .clone()
+                    .or(file.redis_prefix)
+                    .unwrap_or(defaults.key_prefix),
+                over_limit_cache: !(args.no_over_limit_cache
+                    || file.no_over_limit_cache.unwrap_or(false)),
+            }),
         };
         let log_format = match args.log_format.clone().or(file.log_format).as_deref() {
             None | Some("text") => LogFormat::Text,

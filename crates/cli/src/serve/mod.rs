@@ -1,5 +1,6 @@
 //! `tollgate serve`: wiring only. Reads the settings, loads the rules,
-//! builds the store, starts the rules watcher and the store's housekeeping,
+//! builds the store (memory, or Redis under its failure policy), starts the
+//! rules watcher and the memory store's housekeeping,
 //! serves the HTTP API until SIGTERM or SIGINT, then finishes the requests
 //! in flight.
 
@@ -13,13 +14,17 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
+use tollgate_core::Store;
 use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+use tollgate_redis::{RedisConfig, RedisStore};
 use tollgate_rules::watch::RulesWatcher;
 use tollgate_rules::RuleSet;
+use tollgate_server::guarded::Guarded;
+use tollgate_server::metrics::Metrics;
 use tollgate_server::App;
 
 use crate::args::ServeArgs;
-use config::{LogFormat, ServeConfig, StoreChoice};
+use config::{LogFormat, ServeConfig, SharedStore, StoreChoice};
 
 /// How often expired keys are swept and the memory gauge updated.
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
@@ -43,7 +48,14 @@ pub fn run(args: &ServeArgs) -> Result<()> {
 }
 
 async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
-    let StoreChoice::Memory = config.store;
+    match config.store.clone() {
+        StoreChoice::Memory => serve_memory(config, rules).await,
+        StoreChoice::Redis(shared) => serve_shared(config, shared, rules).await,
+    }
+}
+
+/// The memory store: sweeps, snapshots, then the servers.
+async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let memory_config = MemoryConfig {
         max_bytes: config.memory_max_bytes,
@@ -76,14 +88,7 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
             }
         }
     }
-
-    let _watcher = config.rules.as_ref().map(|path| {
-        let app = app.clone();
-        RulesWatcher::spawn(path, move |loaded| {
-            let _ = app.apply_reload(loaded);
-        })
-    });
-    let housekeeping = tokio::spawn(housekeeping(app.clone()));
+    let housekeeping = tokio::spawn(housekeeping(app.clone(), app.store().clone()));
     let snapshots = match (&config.snapshot, config.snapshot_interval) {
         (Some(path), Some(every)) => Some(tokio::spawn(periodic_snapshots(
             app.clone(),
@@ -92,6 +97,71 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
         ))),
         _ => None,
     };
+    let served = run_servers(app.clone(), &config).await;
+    housekeeping.abort();
+    if let Some(task) = snapshots {
+        task.abort();
+    }
+    if let Some(path) = &config.snapshot {
+        save_snapshot(&app, path).await;
+    }
+    tracing::info!("stopped");
+    served
+}
+
+/// A shared Redis store under the failure policy, with a local memory
+/// store for the `local` policy.
+async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) -> Result<()> {
+    let redis_config = RedisConfig {
+        key_prefix: shared.prefix.clone(),
+        timeout: shared.timeout,
+        over_limit_cache: shared.over_limit_cache,
+        ..RedisConfig::default()
+    };
+    let redis = RedisStore::open(&shared.endpoint, redis_config)
+        .with_context(|| format!("opening the store {:?}", shared.endpoint))?;
+    let fallback = LocalStore::system(MemoryStore::new(MemoryConfig {
+        max_bytes: config.memory_max_bytes,
+        ..MemoryConfig::default()
+    }));
+    let metrics = Metrics::new();
+    let store = Guarded::new(
+        redis,
+        fallback.clone(),
+        shared.on_error,
+        metrics.store_error_counter(),
+    );
+    match store.primary().ping().await {
+        Ok(()) => tracing::info!(store = ?shared.endpoint, "shared store answers"),
+        Err(error) => tracing::warn!(
+            store = ?shared.endpoint,
+            %error,
+            policy = shared.on_error.as_str(),
+            "shared store does not answer yet; the failure policy applies until it does"
+        ),
+    }
+    let app = App::with_metrics(
+        store,
+        rules,
+        config.rules.clone(),
+        config.settings.clone(),
+        metrics,
+    );
+    let housekeeping = tokio::spawn(housekeeping(app.clone(), fallback));
+    let served = run_servers(app, &config).await;
+    housekeeping.abort();
+    tracing::info!("stopped");
+    served
+}
+
+/// Watches the rules and serves HTTP and gRPC until a shutdown signal.
+async fn run_servers<S: Store>(app: App<S>, config: &ServeConfig) -> Result<()> {
+    let _watcher = config.rules.as_ref().map(|path| {
+        let app = app.clone();
+        RulesWatcher::spawn(path, move |loaded| {
+            let _ = app.apply_reload(loaded);
+        })
+    });
 
     let listener = TcpListener::bind(config.http)
         .await
@@ -129,14 +199,6 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
     let (http, grpc) = tokio::join!(http, grpc);
     http.context("serving HTTP")?;
     grpc.context("serving gRPC")?;
-    housekeeping.abort();
-    if let Some(task) = snapshots {
-        task.abort();
-    }
-    if let Some(path) = &config.snapshot {
-        save_snapshot(&app, path).await;
-    }
-    tracing::info!("stopped");
     Ok(())
 }
 
@@ -176,13 +238,13 @@ async fn save_snapshot(app: &App<LocalStore>, path: &std::path::Path) {
     }
 }
 
-/// Sweeps expired keys a few shards at a time and publishes memory use.
-async fn housekeeping(app: App<LocalStore>) {
+/// Sweeps expired keys of the memory store (the main one, or the shared
+/// store's local fallback) a few shards at a time and publishes memory use.
+async fn housekeeping<S: Store>(app: App<S>, store: LocalStore) {
     let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        let store = app.store();
         store.memory().sweep(store.sweep_horizon(), 64);
         app.metrics().set_memory_used(store.memory().memory_used());
     }

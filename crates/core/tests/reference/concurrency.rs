@@ -75,6 +75,7 @@ impl ConcurrencyModel {
             reset_after: Duration::from_nanos(reset),
             delay: Duration::ZERO,
             lease: if allowed && cost > 0 { lease } else { None },
+            degraded: false,
         }
     }
 

@@ -99,6 +99,7 @@ pub(crate) fn expected_check<M: Model>(model: &mut M, now: u64, cost: u64) -> De
         reset_after: Duration::from_nanos(model.first_quiet(now) - now),
         delay: Duration::from_nanos(delay),
         lease: None,
+        degraded: false,
     }
 }
 

@@ -6,7 +6,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::json;
-use tollgate_core::Store;
+use tollgate_core::{Store, StoreStatus};
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -16,19 +16,24 @@ pub(crate) async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: the store answers; `503` with the error otherwise.
+/// `GET /readyz`: `200` when the store answers, or when it does not but a
+/// failure policy answers instead (`"status": "degraded"`, so that a
+/// policy meant to keep serving is not defeated by the load balancer);
+/// `503` when requests would fail.
 pub(crate) async fn readyz<S: Store>(State(app): State<App<S>>) -> impl IntoResponse {
     let store_errors = app.metrics().store_errors();
-    match app.store().now().await {
-        Ok(_) => (
+    match app.store().status().await {
+        StoreStatus::Ready => (
             StatusCode::OK,
             Json(json!({"status": "ready", "store_errors": store_errors})),
         ),
-        Err(e) => (
+        StoreStatus::Degraded(e) => (
+            StatusCode::OK,
+            Json(json!({"status": "degraded", "store_errors": store_errors, "error": e})),
+        ),
+        StoreStatus::Unavailable(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({"status": "unavailable", "store_errors": store_errors, "error": e.to_string()}),
-            ),
+            Json(json!({"status": "unavailable", "store_errors": store_errors, "error": e})),
         ),
     }
 }

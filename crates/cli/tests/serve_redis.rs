@@ -1,0 +1,207 @@
+//! `tollgate serve --store redis://…` end to end: real tollgate processes on
+//! a real `redis-server` this test starts — shared limits across instances
+//! with no over-admission, and the `--on-store-error` policies when Redis
+//! dies in the middle and comes back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::Server;
+use tollgate_testkit::RedisServer;
+
+fn check(server: &Server, key: &str, limit: &Value) -> (u16, Value) {
+    server.call("/v1/check", &json!({"key": key, "limit": limit}))
+}
+
+fn serve_on(redis: &RedisServer, extra: &[&str]) -> Server {
+    let url = redis.url();
+    let mut args = vec!["--store", url.as_str()];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+#[test]
+fn decisions_and_rules_go_through_redis() {
+    let redis = RedisServer::start();
+    let rules = tempfile::tempdir().unwrap();
+    let path = rules.path().join("rules.yaml");
+    support::write(
+        &path,
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n",
+    );
+    let server = serve_on(&redis, &["--rules", path.to_str().unwrap()]);
+    let limit = json!({"algorithm": "gcra", "rate": "2/hour"});
+    assert_eq!(check(&server, "k", &limit).0, 200);
+    assert_eq!(check(&server, "k", &limit).0, 200);
+    let (status, body) = check(&server, "k", &limit);
+    assert_eq!(status, 429, "{body}");
+    assert!(body["retry_after_ms"].as_u64().unwrap() > 1_700_000);
+    assert!(body.get("degraded").is_none(), "{body}");
+
+    let request =
+        json!({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "u1"}]}]});
+    let (status, body) = server.call("/v1/check", &request);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.call("/v1/check", &request).0, 200);
+    assert_eq!(server.call("/v1/check", &request).0, 429);
+
+    // The counters live in Redis: a second instance sees them.
+    let other = serve_on(&redis, &["--rules", path.to_str().unwrap()]);
+    assert_eq!(other.call("/v1/check", &request).0, 429);
+    let (status, ready) = {
+        let response = other.get("/readyz");
+        (
+            response.status().as_u16(),
+            response.json::<Value>().unwrap(),
+        )
+    };
+    assert_eq!((status, ready["status"].as_str()), (200, Some("ready")));
+    assert!(redis
+        .command("DBSIZE")
+        .is_some_and(|r| !r.starts_with(":0")));
+}
+
+#[test]
+fn three_instances_on_one_redis_never_admit_more_than_the_limit() {
+    let redis = RedisServer::start();
+    let servers: Vec<Server> = (0..3).map(|_| serve_on(&redis, &[])).collect();
+    let limits = [
+        json!({"algorithm": "gcra", "rate": "37/hour"}),
+        json!({"algorithm": "gcra", "rate": "10/hour", "burst": 25}),
+    ];
+    for (round, limit) in limits.iter().enumerate() {
+        let expected = limit["burst"].as_u64().unwrap_or_else(|| {
+            limit["rate"]
+                .as_str()
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        });
+        let key = format!("hot{round}");
+        // 50 clients, each sending 3 requests, spread over the instances.
+        let admitted: u64 = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..50)
+                .map(|client| {
+                    let server = &servers[client % servers.len()];
+                    let (key, limit) = (&key, limit);
+                    scope.spawn(move || {
+                        (0..3)
+                            .filter(|_| check(server, key, limit).0 == 200)
+                            .count() as u64
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, expected, "{limit}");
+    }
+}
+
+/// Requests until `done` says the answer is what it waits for; every answer
+/// must come within `bound`.
+fn until(
+    server: &Server,
+    key: &str,
+    limit: &Value,
+    bound: Duration,
+    done: impl Fn(u16, &Value) -> bool,
+) -> (u16, Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let started = Instant::now();
+        let (status, body) = check(server, key, limit);
+        assert!(
+            started.elapsed() < bound,
+            "an answer took {:?}",
+            started.elapsed()
+        );
+        if done(status, &body) {
+            return (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never got there; last {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn degraded(body: &Value) -> bool {
+    body["degraded"] == json!(true)
+}
+
+/// Kills Redis under a running instance, checks the policy's answers and
+/// readiness, restarts Redis and waits for decisions to come from it again.
+fn outage(policy: &str, while_down: impl Fn(&Server, &Value)) {
+    let mut redis = RedisServer::start();
+    let server = serve_on(
+        &redis,
+        &["--on-store-error", policy, "--store-timeout-ms", "200"],
+    );
+    let limit = json!({"algorithm": "gcra", "rate": "3/hour"});
+    assert_eq!(check(&server, "k", &limit).0, 200);
+    redis.kill();
+    let bound = Duration::from_secs(2);
+    let started = Instant::now();
+    check(&server, "k", &limit);
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    while_down(&server, &limit);
+    let errors = server.metric("tollgate_store_errors_total");
+    assert!(errors >= 1.0, "{errors}");
+    redis.restart();
+    // The first answer from Redis again: not degraded, and Redis (restarted
+    // empty) counts from zero.
+    let (status, body) = until(&server, "fresh", &limit, bound, |s, b| {
+        s == 200 && !degraded(b)
+    });
+    assert_eq!(status, 200);
+    assert_eq!(body["remaining"], json!(2));
+    let ready = server.get("/readyz").json::<Value>().unwrap();
+    assert_eq!(ready["status"], json!("ready"));
+}
+
+#[test]
+fn fail_closed_answers_503_while_redis_is_down() {
+    outage("fail_closed", |server, limit| {
+        let (status, body) = check(server, "k", limit);
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["code"], json!("store_unavailable"));
+        assert_eq!(server.get("/readyz").status().as_u16(), 503);
+    });
+}
+
+#[test]
+fn fail_open_admits_and_marks_the_answer_degraded() {
+    outage("fail_open", |server, limit| {
+        for _ in 0..10 {
+            let response = server.post("/v1/check", &json!({"key": "k", "limit": limit}));
+            assert_eq!(response.status().as_u16(), 200);
+            assert_eq!(response.headers()["x-ratelimit-degraded"], "1");
+            assert!(degraded(&response.json::<Value>().unwrap()));
+        }
+        let ready = server.get("/readyz");
+        assert_eq!(ready.status().as_u16(), 200);
+        assert_eq!(ready.json::<Value>().unwrap()["status"], json!("degraded"));
+    });
+}
+
+#[test]
+fn local_counts_in_memory_while_redis_is_down() {
+    outage("local", |server, limit| {
+        for _ in 0..3 {
+            let (status, body) = check(server, "local", limit);
+            assert_eq!(status, 200, "{body}");
+            assert!(degraded(&body));
+        }
+        let (status, body) = check(server, "local", limit);
+        assert_eq!(status, 429, "the local store enforces the limit: {body}");
+        assert!(degraded(&body));
+    });
+}

@@ -1,0 +1,142 @@
+//! The Redis store on a real Redis Cluster (three masters started by the
+//! test): multi-limit checks on one slot and across slots, and a key whose
+//! master is killed is decided again once its slots are served again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use tollgate_core::{AlgorithmName, Limit, LimitKey, Moment, Rate, Store};
+use tollgate_redis::{RedisConfig, RedisStore};
+use tollgate_testkit::RedisCluster;
+
+fn gcra(n: u64) -> Limit {
+    Limit::new(
+        AlgorithmName::Gcra,
+        Rate::new(n, Duration::from_secs(3600)).unwrap(),
+    )
+}
+
+/// The cluster slot tag of a store key, as `CLUSTER KEYSLOT` takes it.
+fn tag(store: &RedisStore, key: &[u8]) -> String {
+    let full = String::from_utf8(store.redis_key(key)).unwrap();
+    let start = full.find('{').unwrap();
+    let end = full.find('}').unwrap();
+    full[start..=end].to_owned()
+}
+
+#[test]
+fn checks_work_across_slots_and_survive_a_master_failover() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _context = runtime.enter();
+    let store = RedisStore::open(&cluster.url().parse().unwrap(), RedisConfig::default()).unwrap();
+    let (per_hour, per_day) = (gcra(2), gcra(5));
+
+    runtime.block_on(async {
+        // Two limits on one key: one slot, one script.
+        let both = [
+            LimitKey {
+                limit: &per_hour,
+                key: b"alice",
+            },
+            LimitKey {
+                limit: &per_day,
+                key: b"alice",
+            },
+        ];
+        for _ in 0..2 {
+            let d = store.check(&both, Moment::Now, 1).await.unwrap();
+            assert!(d.iter().all(|d| d.allowed));
+        }
+        let d = store.check(&both, Moment::Now, 1).await.unwrap();
+        assert!(!d[0].allowed && d[1].allowed, "{d:?}");
+        let day = store.check(&both[1..], Moment::Now, 0).await.unwrap();
+        assert_eq!(
+            day[0].remaining, 3,
+            "the rejection counted nothing in the other limit"
+        );
+
+        // Two keys on different masters: all-or-nothing across slots.
+        let other = (0..100)
+            .map(|i| format!("user{i}"))
+            .find(|k| {
+                cluster.master_of(&tag(&store, k.as_bytes()))
+                    != cluster.master_of(&tag(&store, b"bob"))
+            })
+            .unwrap();
+        let pair = [
+            LimitKey {
+                limit: &per_day,
+                key: b"bob",
+            },
+            LimitKey {
+                limit: &per_hour,
+                key: other.as_bytes(),
+            },
+        ];
+        for _ in 0..2 {
+            assert!(store
+                .check(&pair, Moment::Now, 1)
+                .await
+                .unwrap()
+                .iter()
+                .all(|d| d.allowed));
+        }
+        let d = store.check(&pair, Moment::Now, 1).await.unwrap();
+        assert!(d[0].allowed && !d[1].allowed, "{d:?}");
+        let bob = store.check(&pair[..1], Moment::Now, 0).await.unwrap();
+        // Counted twice of five.
+        assert_eq!(
+            bob[0].remaining, 3,
+            "bob was not counted when the other slot refused"
+        );
+    });
+
+    // Kill the master of "carol": calls fail fast (within the timeout)
+    // while its slots are down, and succeed again once the master is back
+    // and the cluster serves them, with no new store.
+    let carol = LimitKey {
+        limit: &per_day,
+        key: b"carol",
+    };
+    runtime.block_on(async {
+        assert!(store.check(&[carol], Moment::Now, 1).await.unwrap()[0].allowed);
+    });
+    let master = cluster.master_of(&tag(&store, b"carol"));
+    cluster.nodes[master].kill();
+    runtime.block_on(async {
+        let started = Instant::now();
+        assert!(store.check(&[carol], Moment::Now, 1).await.is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    });
+    cluster.nodes[master].restart();
+    cluster.wait_until_ok();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let served = runtime.block_on(async {
+        loop {
+            let started = Instant::now();
+            let result = store.check(&[carol], Moment::Now, 1).await;
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{:?}",
+                started.elapsed()
+            );
+            if let Ok(d) = result {
+                return d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the slot was never served again: {result:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert!(served[0].allowed);
+}
