@@ -98,24 +98,28 @@ pub struct EnvoyResponse {
 
 impl EnvoyResponse {
     /// A limited descriptor's status: an enforced rejection makes the whole
-    /// answer over the limit, and an enforced (not shadow) decision takes
-    /// part in the most constrained one.
+    /// answer over the limit, and a decision of a rule not in shadow mode
+    /// takes part in the most constrained one.
+    ///
+    /// As in envoyproxy/ratelimit, a rule in shadow mode answers `OK` for
+    /// its descriptor, while the global `--shadow` (its `SHADOW_MODE`) keeps
+    /// the descriptor's `OVER_LIMIT` and only turns the overall code to `OK`.
     fn status(
         &mut self,
         decision: Decision,
         verdict: Verdict,
-        enforced: bool,
+        rule_enforced: bool,
         current_limit: Option<CurrentLimit>,
     ) -> DescriptorStatus {
-        let rejected = verdict == Verdict::Rejected;
-        if rejected {
+        if verdict == Verdict::Rejected {
             self.overall_code = Code::OverLimit;
         }
-        if enforced {
+        if rule_enforced {
             self.top = Some(self.top.map_or(decision, |t| t.most_constrained(decision)));
         }
+        let over = rule_enforced && !decision.allowed;
         DescriptorStatus {
-            code: if rejected { Code::OverLimit } else { Code::Ok },
+            code: if over { Code::OverLimit } else { Code::Ok },
             current_limit,
             limit_remaining: remaining_u32(decision.remaining),
             duration_until_reset: Some(decision.reset_after),
