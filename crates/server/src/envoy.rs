@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Rate, Store};
-use tollgate_rules::{RateLimitUnit, Rule};
+use tollgate_rules::{Descriptor, RateLimitUnit, Rule};
 
 use crate::app::App;
 use crate::decide::store;
@@ -47,6 +47,16 @@ pub struct EnvoyDescriptor {
     pub limit: Option<(u32, RateLimitUnit)>,
     /// This descriptor's hits; 0 checks without counting.
     pub hits_addend: Option<u64>,
+}
+
+/// Matched as its entries, so a request resolves without copying them.
+impl Descriptor for EnvoyDescriptor {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    fn entry(&self, index: usize) -> (&str, &str) {
+        self.entries.as_slice().entry(index)
+    }
 }
 
 /// A response or descriptor code.
@@ -90,32 +100,39 @@ pub struct EnvoyResponse {
     pub overall_code: Code,
     /// One per request descriptor, in order.
     pub statuses: Vec<DescriptorStatus>,
-    /// Every limit that applied (for the SPEC §7 headers).
+    /// Every limit that applied (for the SPEC §7 headers); left empty when
+    /// the caller asked for no headers.
     pub applied: Vec<AppliedLimit>,
     /// The most constrained decision.
     pub top: Option<Decision>,
+    /// Whether to fill `applied`.
+    with_headers: bool,
 }
 
 impl EnvoyResponse {
     /// A limited descriptor's status: an enforced rejection makes the whole
-    /// answer over the limit, and an enforced (not shadow) decision takes
-    /// part in the most constrained one.
+    /// answer over the limit, and a decision of a rule not in shadow mode
+    /// takes part in the most constrained one.
+    ///
+    /// As in envoyproxy/ratelimit, a rule in shadow mode answers `OK` for
+    /// its descriptor, while the global `--shadow` (its `SHADOW_MODE`) keeps
+    /// the descriptor's `OVER_LIMIT` and only turns the overall code to `OK`.
     fn status(
         &mut self,
         decision: Decision,
         verdict: Verdict,
-        enforced: bool,
+        rule_enforced: bool,
         current_limit: Option<CurrentLimit>,
     ) -> DescriptorStatus {
-        let rejected = verdict == Verdict::Rejected;
-        if rejected {
+        if verdict == Verdict::Rejected {
             self.overall_code = Code::OverLimit;
         }
-        if enforced {
+        if rule_enforced {
             self.top = Some(self.top.map_or(decision, |t| t.most_constrained(decision)));
         }
+        let over = rule_enforced && !decision.allowed;
         DescriptorStatus {
-            code: if rejected { Code::OverLimit } else { Code::Ok },
+            code: if over { Code::OverLimit } else { Code::Ok },
             current_limit,
             limit_remaining: remaining_u32(decision.remaining),
             duration_until_reset: Some(decision.reset_after),
@@ -126,13 +143,19 @@ impl EnvoyResponse {
 /// A matched descriptor: its rule, store key and detailed metric label.
 type Matched<'r> = (&'r Rule, Vec<u8>, Option<String>);
 
-/// Decides `request` as envoyproxy/ratelimit's `ShouldRateLimit` would.
-/// Errors (nothing counted) on an empty domain, no descriptors, a
-/// descriptor without entries or an entry with an empty key.
+/// Room for most store keys (a rule path and a few values) in one
+/// allocation.
+const COUNTER_KEY_CAPACITY: usize = 128;
+
+/// Decides `request` as envoyproxy/ratelimit's `ShouldRateLimit` would;
+/// with `with_headers`, also lists the limits that applied, for the rate
+/// limit headers. Errors (nothing counted) on an empty domain, no
+/// descriptors, a descriptor without entries or an entry with an empty key.
 pub async fn should_rate_limit<S: Store>(
     app: &App<S>,
     request: &EnvoyRequest,
     at: Moment,
+    with_headers: bool,
 ) -> Result<EnvoyResponse, ApiError> {
     validate(
         request,
@@ -140,29 +163,28 @@ pub async fn should_rate_limit<S: Store>(
         app.settings().max_key_bytes,
     )?;
     let rules = app.rules();
-    let entries: Vec<&[(String, String)]> = request
-        .descriptors
-        .iter()
-        .map(|d| d.entries.as_slice())
-        .collect();
     // An unknown domain matches nothing (envoyproxy/ratelimit answers OK).
     // Only rules and keys are kept: a `Resolved` borrows the request and is
     // not held across the store's `.await`.
-    let matched: Vec<Option<Matched<'_>>> = match rules.resolve(&request.domain, &entries) {
-        Ok(resolved) => resolved
-            .iter()
-            .map(|r| {
-                r.as_ref().map(|r| {
-                    let mut key = vec![RULES_KEY_PREFIX];
-                    r.write_counter_key(&mut key);
-                    let detailed = r.rule().detailed_metric().then(|| r.metric_label());
-                    (r.rule(), key, detailed)
-                })
-            })
-            .collect(),
-        Err(_) => vec![None; entries.len()],
-    };
-    let known_domain = rules.domain(&request.domain).is_some();
+    let (known_domain, matched): (bool, Vec<Option<Matched<'_>>>) =
+        match rules.resolve(&request.domain, &request.descriptors) {
+            Ok(resolved) => (
+                true,
+                resolved
+                    .iter()
+                    .map(|r| {
+                        r.as_ref().map(|r| {
+                            let mut key = Vec::with_capacity(COUNTER_KEY_CAPACITY);
+                            key.push(RULES_KEY_PREFIX);
+                            r.write_counter_key(&mut key);
+                            let detailed = r.rule().detailed_metric().then(|| r.metric_label());
+                            (r.rule(), key, detailed)
+                        })
+                    })
+                    .collect(),
+            ),
+            Err(_) => (false, vec![None; request.descriptors.len()]),
+        };
     let global_shadow = app.settings().shadow;
 
     let mut response = EnvoyResponse {
@@ -170,6 +192,7 @@ pub async fn should_rate_limit<S: Store>(
         statuses: Vec::with_capacity(request.descriptors.len()),
         applied: Vec::new(),
         top: None,
+        with_headers,
     };
     for (descriptor, matched) in request.descriptors.iter().zip(&matched) {
         let hits = descriptor
@@ -289,20 +312,29 @@ async fn decide_rule<S: Store>(
             ..Decision::default()
         }
     } else {
-        let requests: Vec<LimitKey<'_>> = rule
-            .limits()
-            .iter()
-            .map(|limit| LimitKey { limit, key })
-            .collect();
-        let decisions = store(app, app.store().check(&requests, at, hits).await)?;
-        let label = rule.name().unwrap_or(rule.id());
-        for (limit, d) in rule.limits().iter().zip(&decisions) {
-            let label = if rule.limits().len() > 1 {
-                format!("{label}:{}", limit.rate)
-            } else {
-                label.to_owned()
-            };
-            response.applied.push(AppliedLimit::of(label, limit, *d));
+        let decisions = match rule.limits() {
+            [limit] => {
+                app.store()
+                    .check(&[LimitKey { limit, key }], at, hits)
+                    .await
+            }
+            limits => {
+                let requests: Vec<LimitKey<'_>> =
+                    limits.iter().map(|limit| LimitKey { limit, key }).collect();
+                app.store().check(&requests, at, hits).await
+            }
+        };
+        let decisions = store(app, decisions)?;
+        if response.with_headers {
+            let label = rule.name().unwrap_or(rule.id());
+            for (limit, d) in rule.limits().iter().zip(&decisions) {
+                let label = if rule.limits().len() > 1 {
+                    format!("{label}:{}", limit.rate)
+                } else {
+                    label.to_owned()
+                };
+                response.applied.push(AppliedLimit::of(label, limit, *d));
+            }
         }
         decisions
             .into_iter()
@@ -365,9 +397,11 @@ async fn decide_override<S: Store>(
                 .await,
         )?;
         let decision = decisions.first().copied().unwrap_or_default();
-        response
-            .applied
-            .push(AppliedLimit::of(limit.to_string(), &limit, decision));
+        if response.with_headers {
+            response
+                .applied
+                .push(AppliedLimit::of(limit.to_string(), &limit, decision));
+        }
         decision
     };
     let verdict = Verdict::of(&decision, app.settings().shadow);

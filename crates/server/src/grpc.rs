@@ -111,9 +111,10 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = std::time::Instant::now();
         let request = request_of(request.into_inner())?;
-        let answer = envoy::should_rate_limit(&self.app, &request, Moment::Now)
-            .await
-            .map_err(status_of)?;
+        let answer =
+            envoy::should_rate_limit(&self.app, &request, Moment::Now, self.response_headers)
+                .await
+                .map_err(status_of)?;
         self.app
             .metrics()
             .observe_latency("grpc", started.elapsed());

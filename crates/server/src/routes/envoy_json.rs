@@ -227,7 +227,8 @@ pub(crate) async fn should_rate_limit<S: Store>(
     let started = Instant::now();
     let (request, at_ms) = request.into_request()?;
     let at = moment(app.settings(), at_ms)?;
-    let response = envoy::should_rate_limit(&app, &request, at).await?;
+    let headers = app.settings().headers;
+    let response = envoy::should_rate_limit(&app, &request, at, headers).await?;
     app.metrics().observe_latency("json", started.elapsed());
     let rejected = response.overall_code == Code::OverLimit;
     Ok(Answer {
@@ -238,7 +239,7 @@ pub(crate) async fn should_rate_limit<S: Store>(
         applied: response.applied,
         top: response.top,
         rejected,
-        headers: app.settings().headers,
+        headers,
     })
 }
 
