@@ -13,5 +13,11 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/gcra.lua"),
     "\n",
+    include_str!("lua/bucket.lua"),
+    "\n",
+    include_str!("lua/token_bucket.lua"),
+    "\n",
+    include_str!("lua/leaky_bucket.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );
