@@ -19,5 +19,7 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/leaky_bucket.lua"),
     "\n",
+    include_str!("lua/fixed_window.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );
