@@ -13,7 +13,7 @@
 use std::hash::Hasher;
 
 use siphasher::sip::SipHasher13;
-use tollgate_core::algorithm::default_step;
+use tollgate_core::algorithm::{default_step, Narrow, TokenBucket};
 use tollgate_core::{AlgorithmName, Limit, LimitKey, StoreError};
 
 /// One limit on one key, as the script receives it.
@@ -104,9 +104,20 @@ pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
     let burst = limit.burst.unwrap_or(n);
     let name = limit.algorithm.as_str();
     Ok(match limit.algorithm {
-        AlgorithmName::TokenBucket | AlgorithmName::Gcra | AlgorithmName::LeakyBucket => {
+        AlgorithmName::Gcra | AlgorithmName::LeakyBucket => {
             let common = gcd(n, p);
             format!("{name} {} {} {burst}", n / common, p / common)
+        }
+        AlgorithmName::TokenBucket => {
+            let common = gcd(n, p);
+            // The token count's storage, as `Limit::build` picks it: a
+            // narrow one saturates where a wide one does not.
+            let storage = if TokenBucket::<Narrow>::fits(limit.rate, burst) {
+                "narrow"
+            } else {
+                "wide"
+            };
+            format!("{name} {} {} {burst} {storage}", n / common, p / common)
         }
         AlgorithmName::FixedWindow
         | AlgorithmName::SlidingWindowLog
@@ -177,6 +188,14 @@ mod tests {
         assert_eq!(plan.cells[0].cost, 6);
         assert_eq!(plan.cells[0].spec, "gcra 1 100000000 10");
         assert_eq!(plan.cells[1].field, "gcra 10 1000000000 20 - -");
+        // A token bucket names the storage Limit::build picks for it.
+        let narrow = Limit::new(AlgorithmName::TokenBucket, Rate::per_second(10).unwrap());
+        assert_eq!(spec(&narrow).unwrap(), "token_bucket 1 100000000 10 narrow");
+        let wide = Limit::new(AlgorithmName::TokenBucket, "1000003/w".parse().unwrap());
+        assert_eq!(
+            spec(&wide).unwrap(),
+            "token_bucket 1000003 604800000000000 1000003 wide"
+        );
         let too_much = [LimitKey {
             limit: &limit,
             key: b"a",

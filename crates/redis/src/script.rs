@@ -13,5 +13,13 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/gcra.lua"),
     "\n",
+    include_str!("lua/bucket.lua"),
+    "\n",
+    include_str!("lua/token_bucket.lua"),
+    "\n",
+    include_str!("lua/leaky_bucket.lua"),
+    "\n",
+    include_str!("lua/fixed_window.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );

@@ -11,7 +11,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate_core::{AlgorithmName, Limit, LimitKey, Moment, Rate, Store};
+use tollgate_core::{
+    AlgorithmName, AnyAlgorithm, Decision, Limit, LimitKey, Moment, MultiReservation, Rate, Store,
+};
 use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
 use tollgate_redis::{RedisConfig, RedisStore};
 use tollgate_testkit::RedisServer;
@@ -28,17 +30,50 @@ fn rate(n: u64, period: Duration) -> Rate {
 fn limits() -> Vec<Limit> {
     use AlgorithmName::*;
     let s = Duration::from_secs;
+    // The longest period a rate takes (about 146 years): a few reservations
+    // reach u64::MAX, where every instant saturates.
+    let longest = Duration::from_nanos(1 << 62);
     let mut out = Vec::new();
     // Each algorithm the script runs joins this list.
-    let ported: &[AlgorithmName] = &[Gcra];
+    let ported: &[AlgorithmName] = &[Gcra, TokenBucket, LeakyBucket, FixedWindow];
     for &algorithm in ported {
-        out.push(Limit::new(algorithm, rate(3, s(1))));
-        out.push(Limit::new(algorithm, rate(10, s(1))).with_burst(4));
-        out.push(Limit::new(algorithm, rate(7, s(3600))));
-        out.push(Limit::new(algorithm, rate(1000, s(86_400))).with_burst(50));
-        out.push(Limit::new(algorithm, rate(5, s(900))));
-        out.push(Limit::new(algorithm, rate(1_000_000_007, s(1))).with_burst(3));
+        let limit = |n, period| Limit::new(algorithm, rate(n, period));
+        out.push(limit(3, s(1)));
+        out.push(limit(7, s(3600)));
+        out.push(limit(5, s(900)));
+        match algorithm {
+            Gcra | TokenBucket | LeakyBucket => {
+                out.push(limit(10, s(1)).with_burst(4));
+                out.push(limit(1000, s(86_400)).with_burst(50));
+                out.push(limit(1_000_000_007, s(1)).with_burst(3));
+                out.push(limit(3, Duration::from_millis(1)).with_burst(5));
+                out.push(limit(7, Duration::from_millis(10)).with_burst(1));
+            }
+            _ => {
+                out.push(limit(1000, s(86_400)));
+                out.push(limit(1, Duration::from_millis(1)));
+                out.push(limit(7, Duration::from_millis(10)));
+                out.push(limit(4, s(7)));
+                out.push(limit(100, s(60)));
+            }
+        }
+        match algorithm {
+            Gcra | TokenBucket | LeakyBucket => {
+                out.push(limit(1, longest));
+                out.push(limit(2, longest).with_burst(3));
+            }
+            FixedWindow => out.push(limit(2, longest)),
+            _ => {}
+        }
     }
+    // Token buckets whose capacity in units overflows a 64-bit count (wide
+    // storage): a realistic one that never runs dry in a trace, and a tiny
+    // one that does.
+    out.push(Limit::new(TokenBucket, rate(1_000_003, s(604_800))));
+    out.push(Limit::new(TokenBucket, rate(1, longest)).with_burst(3));
+    let wide = |l: &Limit| matches!(l.build(), Ok(AnyAlgorithm::WideTokenBucket(_)));
+    assert_eq!(out.iter().filter(|l| wide(l)).count(), 2);
+    assert!(out[out.len() - 2..].iter().all(wide));
     out
 }
 
@@ -178,6 +213,64 @@ fn random_traces_decide_alike_in_memory_and_in_redis() {
     });
 }
 
+/// Cells of `op` moved onto a few limits and two keys, so that traces
+/// build deep states (reservations ahead, queues, full windows) and mix
+/// them in multi-limit operations.
+fn focused(op: &Op, limits: usize) -> Op {
+    let cell = |&(l, k): &(usize, u8)| (l % limits, k % 2);
+    match op {
+        Op::Check { cells, cost } => Op::Check {
+            cells: cells.iter().map(cell).collect(),
+            cost: *cost,
+        },
+        Op::Reserve {
+            cells,
+            cost,
+            max_wait,
+        } => Op::Reserve {
+            cells: cells.iter().map(cell).collect(),
+            cost: *cost,
+            max_wait: *max_wait,
+        },
+        Op::Next { cell: c, cost } => Op::Next {
+            cell: cell(c),
+            cost: *cost,
+        },
+    }
+}
+
+#[test]
+fn focused_traces_on_a_few_limits_decide_alike() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let all = limits();
+    let case = std::sync::atomic::AtomicU32::new(0);
+    let config = ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let chosen = proptest::sample::subsequence((0..all.len()).collect::<Vec<_>>(), 1..=3);
+    proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(3), 1..80))| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (memory, redis) = stores(&server, &format!("focused{n}"));
+        let limits: Vec<Limit> = chosen.iter().map(|&i| all[i]).collect();
+        let mut now = START;
+        for (i, step) in steps.iter().enumerate() {
+            now += step.advance;
+            let op = focused(&step.op, limits.len());
+            let (expected, got) = runtime.block_on(async {
+                (
+                    apply(&memory, &limits, now, &op).await,
+                    apply(&redis, &limits, now, &op).await,
+                )
+            });
+            prop_assert_eq!(&expected, &got, "step {} {:?} at {} on {:?}", i, op, now, limits);
+        }
+    });
+}
+
 #[test]
 fn redis_time_decides_when_no_instant_is_given() {
     let server = RedisServer::start();
@@ -210,4 +303,305 @@ fn redis_time_decides_when_no_instant_is_given() {
             "{wait:?}"
         );
     });
+}
+
+/// Both stores side by side: every operation runs on each, the results must
+/// be identical, and the memory store's is returned for further checks.
+struct Pair {
+    runtime: tokio::runtime::Runtime,
+    memory: LocalStore,
+    redis: RedisStore,
+    _server: RedisServer,
+}
+
+impl Pair {
+    fn new(namespace: &str) -> Pair {
+        let server = RedisServer::start();
+        let runtime = runtime();
+        let (memory, redis) = {
+            let _context = runtime.enter();
+            stores(&server, namespace)
+        };
+        Pair {
+            runtime,
+            memory,
+            redis,
+            _server: server,
+        }
+    }
+
+    fn alike<T: std::fmt::Debug>(&self, what: &str, expected: T, got: T) -> T {
+        assert_eq!(format!("{expected:?}"), format!("{got:?}"), "{what}");
+        expected
+    }
+
+    fn check(&self, requests: &[LimitKey<'_>], now: u64, cost: u64) -> Vec<Decision> {
+        let at = Moment::At(now);
+        let (expected, got) = self.runtime.block_on(async {
+            (
+                self.memory.check(requests, at, cost).await,
+                self.redis.check(requests, at, cost).await,
+            )
+        });
+        let what = format!("check {cost} at {now}");
+        self.alike(&what, expected, got).unwrap()
+    }
+
+    fn reserve(
+        &self,
+        requests: &[LimitKey<'_>],
+        now: u64,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> MultiReservation {
+        let at = Moment::At(now);
+        let (expected, got) = self.runtime.block_on(async {
+            (
+                self.memory.reserve(requests, at, cost, max_wait).await,
+                self.redis.reserve(requests, at, cost, max_wait).await,
+            )
+        });
+        let what = format!("reserve {cost} at {now} within {max_wait:?}");
+        self.alike(&what, expected, got).unwrap()
+    }
+
+    fn next(&self, request: LimitKey<'_>, now: u64, cost: u64) -> u64 {
+        let at = Moment::At(now);
+        let (expected, got) = self.runtime.block_on(async {
+            (
+                self.memory.next_available(request, at, cost).await,
+                self.redis.next_available(request, at, cost).await,
+            )
+        });
+        let what = format!("next {cost} at {now}");
+        self.alike(&what, expected, got).unwrap()
+    }
+}
+
+fn on<'a>(limit: &'a Limit, key: &'a [u8]) -> LimitKey<'a> {
+    LimitKey { limit, key }
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn leaky_bucket_delays_a_burst_and_queues_a_reservation_behind_it() {
+    let pair = Pair::new("leaky");
+    // 10/s, queue of 5: one request drains every 100 ms.
+    let limit =
+        Limit::new(AlgorithmName::LeakyBucket, rate(10, Duration::from_secs(1))).with_burst(5);
+    let one = [on(&limit, b"k")];
+    let t = START;
+    for i in 0..5 {
+        let d = pair.check(&one, t, 1)[0];
+        assert!(d.allowed);
+        assert_eq!(d.delay, Duration::from_millis(100 * i));
+        assert_eq!(d.remaining, 4 - i);
+        assert_eq!(d.reset_after, Duration::from_millis(100 * (i + 1)));
+    }
+    let full = pair.check(&one, t, 1)[0];
+    assert!(!full.allowed);
+    assert_eq!(full.retry_after, Duration::from_millis(100));
+    assert_eq!(full.delay, Duration::ZERO);
+    // A peek reports the queue without a delay.
+    let peek = pair.check(&one, t, 0)[0];
+    assert!(peek.allowed && peek.delay.is_zero() && peek.remaining == 0);
+    // A reservation is not bound by the capacity: it joins the queue when
+    // the five ahead have drained.
+    let r = pair.reserve(&one, t, 1, None);
+    assert!(r.booked);
+    assert_eq!(r.wait, Duration::from_millis(500));
+    // Refused within a shorter wait, booking nothing.
+    let refused = pair.reserve(&one, t, 2, Some(Duration::from_millis(250)));
+    assert!(!refused.booked);
+    assert_eq!(refused.wait, Duration::from_millis(600));
+    assert_eq!(refused.retry_after, Duration::from_millis(350));
+    // Plain checks queue behind the reservation: six ahead now.
+    let behind = pair.check(&one, t, 1)[0];
+    assert!(!behind.allowed);
+    assert_eq!(behind.retry_after, Duration::from_millis(200));
+    assert_eq!(pair.next(one[0], t, 1), t + 200 * MS);
+    assert_eq!(pair.next(one[0], t, 5), t + 600 * MS);
+    let second = pair.reserve(&one, t + 50 * MS, 2, None);
+    assert_eq!(second.wait, Duration::from_millis(550));
+    // Mid-drain, a nanosecond either side of the instant a place frees up.
+    let t2 = t + 400 * MS;
+    let early = pair.check(&one, t2 - 1, 1)[0];
+    assert!(!early.allowed);
+    assert_eq!(early.retry_after, Duration::from_nanos(1));
+    let d = pair.check(&one, t2, 1)[0];
+    assert!(d.allowed);
+    assert_eq!(d.delay, Duration::from_millis(400));
+    assert_eq!(d.remaining, 0);
+    // Long after, the queue is empty again: the state reads as new.
+    let later = pair.check(&one, t + 10_000 * MS, 3)[0];
+    assert!(later.allowed && later.delay.is_zero() && later.remaining == 2);
+}
+
+#[test]
+fn fixed_windows_turn_over_exactly_at_their_boundaries() {
+    let pair = Pair::new("fixed");
+    let second = 1_000_000_000;
+    let limit = Limit::new(
+        AlgorithmName::FixedWindow,
+        rate(3, Duration::from_nanos(second)),
+    );
+    let one = [on(&limit, b"k")];
+    // t = kP - 1 and kP for the window k that starts after START.
+    let k_p = (START / second + 1) * second;
+    let d = pair.check(&one, k_p - 1, 3)[0];
+    assert!(d.allowed);
+    assert_eq!((d.remaining, d.reset_after), (0, Duration::from_nanos(1)));
+    let d = pair.check(&one, k_p - 1, 1)[0];
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Duration::from_nanos(1));
+    assert_eq!(pair.next(one[0], k_p - 1, 1), k_p);
+    let d = pair.check(&one, k_p, 1)[0];
+    assert!(d.allowed);
+    assert_eq!((d.remaining, d.reset_after), (2, Duration::from_secs(1)));
+    // The last nanosecond of window k, then window k + 1.
+    let end = k_p + second;
+    let d = pair.check(&one, end - 1, 2)[0];
+    assert!(d.allowed);
+    assert_eq!((d.remaining, d.reset_after), (0, Duration::from_nanos(1)));
+    // Reservations at the last nanosecond fill window k + 1, then k + 2.
+    let r = pair.reserve(&one, end - 1, 2, None);
+    assert!(r.booked);
+    assert_eq!(r.wait, Duration::from_nanos(1));
+    let r = pair.reserve(&one, end - 1, 2, None);
+    assert!(r.booked);
+    assert_eq!(r.wait, Duration::from_nanos(second + 1));
+    // Window k + 2 is booked: a check in k + 1 waits for its queue.
+    let d = pair.check(&one, end, 1)[0];
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Duration::from_nanos(second));
+    assert_eq!(d.reset_after, Duration::from_nanos(2 * second));
+    let d = pair.check(&one, end + second - 1, 0)[0];
+    assert!(d.allowed && d.remaining == 0);
+    assert_eq!(d.reset_after, Duration::from_nanos(second + 1));
+    let d = pair.check(&one, end + second, 1)[0];
+    assert!(d.allowed);
+    assert_eq!((d.remaining, d.reset_after), (0, Duration::from_secs(1)));
+    // An untouched window reports a reset of zero on a peek.
+    let d = pair.check(&one, end + 2 * second, 0)[0];
+    assert_eq!((d.remaining, d.reset_after), (3, Duration::ZERO));
+}
+
+#[test]
+fn a_day_limit_that_rejects_counts_nothing_in_a_second_limit() {
+    let pair = Pair::new("multi");
+    let per_second = Limit::new(AlgorithmName::Gcra, rate(5, Duration::from_secs(1)));
+    let day = 86_400 * 1_000_000_000;
+    let per_day = Limit::new(
+        AlgorithmName::FixedWindow,
+        rate(3, Duration::from_nanos(day)),
+    );
+    let both = [on(&per_second, b"k"), on(&per_day, b"k")];
+    let seconds = [on(&per_second, b"k")];
+    let t = (START / day + 1) * day;
+    for i in 0..3 {
+        let d = pair.check(&both, t + i * 1_000 * MS, 1);
+        assert!(d[0].allowed && d[1].allowed);
+    }
+    let t = t + 3_000 * MS;
+    for _ in 0..10 {
+        let d = pair.check(&both, t, 1);
+        assert!(d[0].allowed, "the per-second limit would admit");
+        assert!(!d[1].allowed);
+        assert_eq!(d[1].retry_after, Duration::from_nanos(day - 3_000 * MS));
+    }
+    // A reservation refused by its wait books nothing either.
+    let r = pair.reserve(&both, t, 1, Some(Duration::from_secs(1)));
+    assert!(!r.booked);
+    assert_eq!(r.wait, Duration::from_nanos(day - 3_000 * MS));
+    // Nothing was counted per second: its whole burst is there.
+    let d = pair.check(&seconds, t, 0)[0];
+    assert_eq!(d.remaining, 5);
+    let d = pair.check(&seconds, t, 5)[0];
+    assert!(d.allowed);
+    // An unbounded reservation books both at the next day, once.
+    let r = pair.reserve(&both, t, 1, None);
+    assert!(r.booked);
+    assert_eq!(r.wait, Duration::from_nanos(day - 3_000 * MS));
+    let d = pair.check(&both, t + day - 3_000 * MS, 3);
+    assert!(d[0].allowed && !d[1].allowed);
+    let d = pair.check(&both, t + day - 3_000 * MS, 2);
+    assert!(d[0].allowed && d[1].allowed);
+    assert_eq!((d[0].remaining, d[1].remaining), (2, 0));
+}
+
+#[test]
+fn a_token_bucket_booked_ahead_by_a_slower_limit_lends_its_spare_tokens() {
+    let pair = Pair::new("ahead");
+    // 10/s, 4 at once: a token every 100 ms.
+    let bucket =
+        Limit::new(AlgorithmName::TokenBucket, rate(10, Duration::from_secs(1))).with_burst(4);
+    let window = Limit::new(AlgorithmName::FixedWindow, rate(1, Duration::from_secs(1)));
+    let both = [on(&bucket, b"k"), on(&window, b"k")];
+    let alone = [on(&bucket, b"k")];
+    let t = (START / 1_000_000_000 + 1) * 1_000_000_000;
+    assert!(pair.check(&both, t, 1).iter().all(|d| d.allowed));
+    // The window defers the reservation to the next second, where the
+    // bucket takes its token: the bucket's last refill lies ahead.
+    let r = pair.reserve(&both, t, 1, None);
+    assert!(r.booked);
+    assert_eq!(r.wait, Duration::from_secs(1));
+    // Before then, the three tokens left at that instant can be taken,
+    // waiting for the refill that instant brings.
+    let d = pair.check(&alone, t + 500 * MS, 3)[0];
+    assert!(d.allowed);
+    assert_eq!(
+        (d.remaining, d.reset_after),
+        (0, Duration::from_millis(900))
+    );
+    let d = pair.check(&alone, t + 600 * MS, 1)[0];
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Duration::from_millis(500));
+    assert_eq!(pair.next(alone[0], t + 600 * MS, 2), t + 1_200 * MS);
+    let d = pair.check(&alone, t + 1_100 * MS, 1)[0];
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 0);
+}
+
+#[test]
+fn reservations_piling_up_to_the_end_of_time_saturate_alike() {
+    let pair = Pair::new("saturation");
+    let longest = Duration::from_nanos(1 << 62);
+    let limits = [
+        // Narrow: the token count saturates at i64::MIN.
+        Limit::new(AlgorithmName::TokenBucket, rate(1, longest)),
+        // Wide: it does not.
+        Limit::new(AlgorithmName::TokenBucket, rate(1, longest)).with_burst(3),
+        Limit::new(AlgorithmName::LeakyBucket, rate(1, longest)),
+        Limit::new(AlgorithmName::LeakyBucket, rate(2, longest)).with_burst(3),
+        Limit::new(AlgorithmName::FixedWindow, rate(2, longest)),
+        Limit::new(AlgorithmName::Gcra, rate(1, longest)),
+        Limit::new(AlgorithmName::Gcra, rate(2, longest)).with_burst(3),
+    ];
+    assert!(matches!(
+        limits[1].build(),
+        Ok(AnyAlgorithm::WideTokenBucket(_))
+    ));
+    // Nothing is counted at u64::MAX itself: there a saturated expiry
+    // equals now, and the script forgets a state the memory store holds
+    // until it sweeps.
+    const LAST: u64 = u64::MAX - 1;
+    for (i, limit) in limits.iter().enumerate() {
+        let one = [on(limit, b"k")];
+        let cost = limit.burst.unwrap_or(1);
+        let mut now = START;
+        for round in 0..12 {
+            let r = pair.reserve(&one, now, cost, None);
+            assert!(r.booked, "{limit} round {round}");
+            pair.check(&one, now, 1);
+            pair.check(&one, now, 0);
+            pair.next(one[0], now, cost);
+            pair.next(one[0], u64::MAX, 1);
+            pair.check(&one, u64::MAX, 0);
+            pair.check(&one, LAST, 1);
+            now = now.saturating_add((i as u64 + 1) << 59).min(LAST);
+        }
+        pair.reserve(&one, START, 1, Some(Duration::from_secs(1)));
+        pair.check(&one, START, 1);
+    }
 }
