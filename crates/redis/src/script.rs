@@ -13,5 +13,7 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/gcra.lua"),
     "\n",
+    include_str!("lua/packed_rows.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );
