@@ -17,5 +17,7 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/stepped_window.lua"),
     "\n",
+    include_str!("lua/concurrency.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );

@@ -31,7 +31,7 @@ fn limits() -> Vec<Limit> {
     let ms = Duration::from_millis;
     let mut out = Vec::new();
     // Each algorithm the script runs joins this list.
-    let ported: &[AlgorithmName] = &[Gcra, SteppedWindow];
+    let ported: &[AlgorithmName] = &[Gcra, SteppedWindow, Concurrency];
     for &algorithm in ported {
         let limit = |n, period| Limit::new(algorithm, rate(n, period));
         match algorithm {
@@ -57,6 +57,14 @@ fn limits() -> Vec<Limit> {
                 limit(2, ms(10)).with_step(ms(1)),
                 limit(1, s(2)).with_step(s(2)),
                 limit(50, s(1)).with_step(ms(300)),
+            ]),
+            // The period plays no part.
+            Concurrency => out.extend([
+                limit(3, s(1)),
+                limit(1, s(1)).with_lease_ttl(ms(1)),
+                limit(5, s(1)).with_lease_ttl(s(2)),
+                limit(100, s(1)).with_lease_ttl(ms(500)),
+                limit(2, s(60)).with_lease_ttl(s(3600)),
             ]),
             _ => unreachable!("not ported"),
         }
@@ -106,6 +114,23 @@ enum Op {
         cost: u64,
         back: u64,
     },
+    Release {
+        cell: (usize, u8),
+        lease: Pick,
+    },
+}
+
+/// Which lease a release names.
+#[derive(Debug, Clone)]
+enum Pick {
+    /// A lease an earlier check took (the i-th, modulo their number), on
+    /// its own limit and key.
+    Taken(usize),
+    /// A lease an earlier check took, on the release's cell (maybe not its
+    /// own).
+    Elsewhere(usize),
+    /// An id nothing handed out (most likely).
+    Bogus(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +158,7 @@ fn indices(limits: &[Limit], algorithm: AlgorithmName) -> Vec<usize> {
 fn step(limits: &[Limit]) -> impl Strategy<Value = Step> {
     let n = limits.len();
     let stepped = cell_of(indices(limits, AlgorithmName::SteppedWindow));
+    let leased = cell_of(indices(limits, AlgorithmName::Concurrency));
     let advance = prop_oneof![
         3 => Just(0u64),
         4 => 0u64..2_000_000_000,
@@ -143,6 +169,13 @@ fn step(limits: &[Limit]) -> impl Strategy<Value = Step> {
     let cells = proptest::collection::vec(cell(n), 1..4);
     let back = prop_oneof![3 => Just(0u64), 1 => 0u64..5_000_000_000];
     let record_cell = prop_oneof![3 => stepped, 1 => cell(n)];
+    let release_cell = prop_oneof![3 => leased, 1 => cell(n)];
+    let pick = prop_oneof![
+        4 => any::<usize>().prop_map(Pick::Taken),
+        1 => any::<usize>().prop_map(Pick::Elsewhere),
+        1 => prop_oneof![any::<u64>(), START..START + 1_000_000_000_000]
+            .prop_map(Pick::Bogus),
+    ];
     let op = prop_oneof![
         6 => (cells.clone(), cost.clone()).prop_map(|(cells, cost)| Op::Check { cells, cost }),
         2 => (cells, cost.clone(), proptest::option::of(0u64..5_000_000_000))
@@ -150,14 +183,25 @@ fn step(limits: &[Limit]) -> impl Strategy<Value = Step> {
         1 => (cell(n), cost.clone()).prop_map(|(cell, cost)| Op::Next { cell, cost }),
         1 => (record_cell, cost, back)
             .prop_map(|(cell, cost, back)| Op::Record { cell, cost, back }),
+        2 => (release_cell, pick).prop_map(|(cell, lease)| Op::Release { cell, lease }),
     ];
     (advance, op).prop_map(|(advance, op)| Step { advance, op })
 }
 
 const KEYS: [&[u8]; 3] = [b"alice", b"bob", b"{carol}"];
 
-/// Runs one step on a store; the result, formatted for comparison.
-async fn apply<S: Store>(store: &S, limits: &[Limit], now: u64, op: &Op) -> String {
+/// A lease a check took: its cell and its id.
+type Taken = ((usize, u8), u64);
+
+/// Runs one step on a store; the result, formatted for comparison, and the
+/// leases it took.
+async fn apply<S: Store>(
+    store: &S,
+    limits: &[Limit],
+    now: u64,
+    op: &Op,
+    taken: &[Taken],
+) -> (String, Vec<Taken>) {
     let requests = |cells: &[(usize, u8)]| -> Vec<LimitKey<'_>> {
         cells
             .iter()
@@ -168,9 +212,18 @@ async fn apply<S: Store>(store: &S, limits: &[Limit], now: u64, op: &Op) -> Stri
             .collect()
     };
     let at = Moment::At(now);
-    match op {
+    let mut took = Vec::new();
+    let text = match op {
         Op::Check { cells, cost } => {
-            format!("{:?}", store.check(&requests(cells), at, *cost).await)
+            let result = store.check(&requests(cells), at, *cost).await;
+            if let Ok(decisions) = &result {
+                for (cell, decision) in cells.iter().zip(decisions) {
+                    if let Some(lease) = decision.lease {
+                        took.push((*cell, lease));
+                    }
+                }
+            }
+            format!("{result:?}")
         }
         Op::Reserve {
             cells,
@@ -196,7 +249,18 @@ async fn apply<S: Store>(store: &S, limits: &[Limit], now: u64, op: &Op) -> Stri
             let at = Moment::At(now - back);
             format!("{:?}", store.record(request, at, *cost).await)
         }
-    }
+        Op::Release { cell, lease } => {
+            let (cell, id) = match (lease, taken) {
+                (Pick::Taken(i), [_, ..]) => taken[i % taken.len()],
+                (Pick::Elsewhere(i), [_, ..]) => (*cell, taken[i % taken.len()].1),
+                (Pick::Bogus(id), _) => (*cell, *id),
+                (_, []) => (*cell, now),
+            };
+            let request = requests(&[cell])[0];
+            format!("{id} {:?}", store.release(request, id).await)
+        }
+    };
+    (text, took)
 }
 
 #[test]
@@ -215,15 +279,17 @@ fn random_traces_decide_alike_in_memory_and_in_redis() {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (memory, redis) = stores(&server, &format!("trace{n}"));
         let mut now = START;
+        let mut taken = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             now += step.advance;
-            let (expected, got) = runtime.block_on(async {
+            let ((expected, took), (got, _)) = runtime.block_on(async {
                 (
-                    apply(&memory, &limits, now, &step.op).await,
-                    apply(&redis, &limits, now, &step.op).await,
+                    apply(&memory, &limits, now, &step.op, &taken).await,
+                    apply(&redis, &limits, now, &step.op, &taken).await,
                 )
             });
             prop_assert_eq!(&expected, &got, "step {} {:?} at {}", i, step.op, now);
+            taken.extend(took);
         }
     });
 }
@@ -416,7 +482,7 @@ fn stepped_window_records_calls_over_the_limit() {
         let admitted = both!(stores, |s| s.check(&[request], at(3200 * MS), 1)).unwrap();
         assert!(admitted[0].allowed && admitted[0].remaining == 1);
         // Every other algorithm refuses to record, alike in both stores.
-        for algorithm in [AlgorithmName::Gcra] {
+        for algorithm in [AlgorithmName::Gcra, AlgorithmName::Concurrency] {
             let other = Limit::new(algorithm, rate(3, Duration::from_secs(2)));
             let refused = both!(stores, |s| s.record(one(&other)[0], at(0), 1));
             assert_eq!(
@@ -429,5 +495,93 @@ fn stepped_window_records_calls_over_the_limit() {
                 ))
             );
         }
+    });
+}
+
+#[test]
+fn concurrency_leases_are_held_released_and_expire() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "concurrency");
+    let limit = Limit::new(AlgorithmName::Concurrency, rate(3, Duration::from_secs(1)))
+        .with_lease_ttl(Duration::from_secs(10));
+    let request = one(&limit)[0];
+    // Releases run at Redis's clock, a year past these instants: they must
+    // not drop the leases still held at them.
+    runtime.block_on(async {
+        let check = |t: u64| {
+            let stores = &stores;
+            async move {
+                both!(stores, |s| s.check(&[request], Moment::At(START + t), 1))
+                    .unwrap()
+                    .remove(0)
+            }
+        };
+        let release = |lease: u64| {
+            let stores = &stores;
+            async move { both!(stores, |s| s.release(request, lease)).unwrap() }
+        };
+        // Three leases at one instant get consecutive ids.
+        for i in 0..3 {
+            let granted = check(0).await;
+            assert!(granted.allowed);
+            assert_eq!(granted.lease, Some(START + i));
+        }
+        let full = check(SEC).await;
+        assert!(!full.allowed && full.remaining == 0 && full.lease.is_none());
+        assert_eq!(
+            full.retry_after,
+            Duration::from_secs(9),
+            "the first expires"
+        );
+        assert!(release(START + 1).await);
+        let granted = check(SEC).await;
+        assert!(granted.allowed);
+        assert_eq!(granted.lease, Some(START + SEC));
+        assert!(!release(START + 1).await, "released twice");
+        assert!(!release(12_345).await, "never handed out");
+        let elsewhere = LimitKey {
+            limit: &limit,
+            key: b"elsewhere",
+        };
+        assert!(!both!(stores, |s| s.release(elsewhere, START)).unwrap());
+        // Leases at 0 s, 0 s and 1 s: the first two expire at 10 s.
+        let full = check(10 * SEC - 1).await;
+        assert!(!full.allowed);
+        assert_eq!(full.retry_after, Duration::from_nanos(1));
+        let granted = check(10 * SEC).await;
+        assert!(granted.allowed && granted.remaining == 1);
+        assert_eq!(granted.lease, Some(START + 10 * SEC));
+        assert!(!release(START).await, "expired, then dropped");
+        assert_eq!(check(10 * SEC).await.lease, Some(START + 10 * SEC + 1));
+        assert!(!check(10 * SEC).await.allowed);
+        assert!(release(START + SEC).await);
+        assert!(check(10 * SEC).await.allowed);
+    });
+}
+
+#[test]
+fn concurrency_never_hands_out_an_id_twice() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "concurrency-ids");
+    let limit = Limit::new(AlgorithmName::Concurrency, rate(1, Duration::from_secs(1)));
+    let request = one(&limit)[0];
+    runtime.block_on(async {
+        let at = Moment::At(START);
+        let first = both!(stores, |s| s.check(&[request], at, 1)).unwrap();
+        assert_eq!(first[0].lease, Some(START));
+        // Every lease released: the key still remembers the next id.
+        assert_eq!(both!(stores, |s| s.release(request, START)), Ok(true));
+        let second = both!(stores, |s| s.check(&[request], at, 1)).unwrap();
+        assert_eq!(second[0].lease, Some(START + 1));
+        assert_eq!(
+            both!(stores, |s| s.reserve(&[request], at, 1, None)),
+            Err(tollgate_core::StoreError::Limit(
+                tollgate_core::LimitError::ReservationUnsupported
+            ))
+        );
     });
 }
