@@ -29,6 +29,8 @@ pub(crate) struct Cell {
     pub(crate) cost: u64,
     /// Whether the algorithm books time slots.
     pub(crate) reservable: bool,
+    /// The limit's algorithm, for the errors the script reports.
+    pub(crate) algorithm: AlgorithmName,
 }
 
 /// Requests merged into cells, and each request's cell.
@@ -72,6 +74,7 @@ pub(crate) fn plan(prefix: &str, requests: &[LimitKey<'_>], cost: u64) -> Result
                     field,
                     cost,
                     reservable: algorithm.takes_reservations(),
+                    algorithm: request.limit.algorithm,
                 });
                 algorithms.push(algorithm);
             }

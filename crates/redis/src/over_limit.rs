@@ -142,6 +142,7 @@ mod tests {
             spec: "s".into(),
             cost: 1,
             reservable: true,
+            algorithm: tollgate_core::AlgorithmName::Gcra,
         }
     }
 

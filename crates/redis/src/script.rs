@@ -21,5 +21,11 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/fixed_window.lua"),
     "\n",
+    include_str!("lua/packed_rows.lua"),
+    "\n",
+    include_str!("lua/stepped_window.lua"),
+    "\n",
+    include_str!("lua/concurrency.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );

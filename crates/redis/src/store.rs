@@ -242,13 +242,13 @@ impl RedisStore {
                 Connection::Single(manager) => invocation
                     .invoke_async(&mut manager.clone())
                     .await
-                    .map_err(script_error),
+                    .map_err(|e| script_error(e, cells)),
                 Connection::Cluster(cluster) => {
                     let mut connection = cluster.get().await?;
                     invocation
                         .invoke_async(&mut connection)
                         .await
-                        .map_err(script_error)
+                        .map_err(|e| script_error(e, cells))
                 }
             }
         })
@@ -333,11 +333,20 @@ impl RedisStore {
     }
 }
 
-/// Errors the script raises on purpose carry a `tollgate:` prefix.
-fn script_error(error: redis::RedisError) -> StoreError {
+/// Errors the script raises on purpose carry a `tollgate:` prefix; those a
+/// request causes become the memory store's errors for it.
+fn script_error(error: redis::RedisError, cells: &[&Cell]) -> StoreError {
     let text = error.to_string();
     if text.contains("tollgate: reservation_unsupported") {
         return StoreError::Limit(LimitError::ReservationUnsupported);
+    }
+    if text.contains("tollgate: record_unsupported") {
+        if let Some(cell) = cells.first() {
+            return StoreError::Limit(LimitError::Option {
+                option: "record",
+                algorithm: cell.algorithm,
+            });
+        }
     }
     StoreError::Unavailable(text)
 }

@@ -33,11 +33,51 @@ fn limits() -> Vec<Limit> {
     // The longest period a rate takes (about 146 years): a few reservations
     // reach u64::MAX, where every instant saturates.
     let longest = Duration::from_nanos(1 << 62);
+    let ms = Duration::from_millis;
     let mut out = Vec::new();
     // Each algorithm the script runs joins this list.
-    let ported: &[AlgorithmName] = &[Gcra, TokenBucket, LeakyBucket, FixedWindow];
+    let ported: &[AlgorithmName] = &[
+        Gcra,
+        TokenBucket,
+        LeakyBucket,
+        FixedWindow,
+        SteppedWindow,
+        Concurrency,
+    ];
     for &algorithm in ported {
         let limit = |n, period| Limit::new(algorithm, rate(n, period));
+        match algorithm {
+            SteppedWindow => {
+                out.extend([
+                    // Default steps: 10 ms, 1 s, 60 s, 1 s, 100 ms.
+                    limit(3, s(1)),
+                    limit(7, s(3600)),
+                    limit(1000, s(86_400)),
+                    limit(5, s(900)),
+                    limit(20, s(30)),
+                    // Steps that divide P, and steps that do not.
+                    limit(10, s(4)).with_step(s(1)),
+                    limit(5, ms(4500)).with_step(s(1)),
+                    limit(4, ms(7001)).with_step(ms(3)),
+                    limit(2, ms(10)).with_step(ms(1)),
+                    limit(1, s(2)).with_step(s(2)),
+                    limit(50, s(1)).with_step(ms(300)),
+                ]);
+                continue;
+            }
+            // The period plays no part.
+            Concurrency => {
+                out.extend([
+                    limit(3, s(1)),
+                    limit(1, s(1)).with_lease_ttl(ms(1)),
+                    limit(5, s(1)).with_lease_ttl(s(2)),
+                    limit(100, s(1)).with_lease_ttl(ms(500)),
+                    limit(2, s(60)).with_lease_ttl(s(3600)),
+                ]);
+                continue;
+            }
+            _ => {}
+        }
         out.push(limit(3, s(1)));
         out.push(limit(7, s(3600)));
         out.push(limit(5, s(900)));
@@ -114,6 +154,29 @@ enum Op {
         cell: (usize, u8),
         cost: u64,
     },
+    /// A call already made, `back` ns before now (out of order when > 0).
+    Record {
+        cell: (usize, u8),
+        cost: u64,
+        back: u64,
+    },
+    Release {
+        cell: (usize, u8),
+        lease: Pick,
+    },
+}
+
+/// Which lease a release names.
+#[derive(Debug, Clone)]
+enum Pick {
+    /// A lease an earlier check took (the i-th, modulo their number), on
+    /// its own limit and key.
+    Taken(usize),
+    /// A lease an earlier check took, on the release's cell (maybe not its
+    /// own).
+    Elsewhere(usize),
+    /// An id nothing handed out (most likely).
+    Bogus(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -126,7 +189,22 @@ fn cell(limits: usize) -> impl Strategy<Value = (usize, u8)> + Clone {
     (0..limits, 0u8..3)
 }
 
-fn step(limits: usize) -> impl Strategy<Value = Step> {
+/// A cell on one of `limits` (indices into the list).
+fn cell_of(limits: Vec<usize>) -> impl Strategy<Value = (usize, u8)> + Clone {
+    (proptest::sample::select(limits), 0u8..3)
+}
+
+/// The indices of `algorithm`'s limits.
+fn indices(limits: &[Limit], algorithm: AlgorithmName) -> Vec<usize> {
+    (0..limits.len())
+        .filter(|&i| limits[i].algorithm == algorithm)
+        .collect()
+}
+
+fn step(limits: &[Limit]) -> impl Strategy<Value = Step> {
+    let n = limits.len();
+    let stepped = cell_of(indices(limits, AlgorithmName::SteppedWindow));
+    let leased = cell_of(indices(limits, AlgorithmName::Concurrency));
     let advance = prop_oneof![
         3 => Just(0u64),
         4 => 0u64..2_000_000_000,
@@ -134,20 +212,42 @@ fn step(limits: usize) -> impl Strategy<Value = Step> {
         1 => 0u64..10,
     ];
     let cost = prop_oneof![1 => Just(0u64), 6 => 1u64..4, 1 => 1u64..80];
-    let cells = proptest::collection::vec(cell(limits), 1..4);
+    let cells = proptest::collection::vec(cell(n), 1..4);
+    let back = prop_oneof![3 => Just(0u64), 1 => 0u64..5_000_000_000];
+    let record_cell = prop_oneof![3 => stepped, 1 => cell(n)];
+    let release_cell = prop_oneof![3 => leased, 1 => cell(n)];
+    let pick = prop_oneof![
+        4 => any::<usize>().prop_map(Pick::Taken),
+        1 => any::<usize>().prop_map(Pick::Elsewhere),
+        1 => prop_oneof![any::<u64>(), START..START + 1_000_000_000_000]
+            .prop_map(Pick::Bogus),
+    ];
     let op = prop_oneof![
         6 => (cells.clone(), cost.clone()).prop_map(|(cells, cost)| Op::Check { cells, cost }),
         2 => (cells, cost.clone(), proptest::option::of(0u64..5_000_000_000))
             .prop_map(|(cells, cost, max_wait)| Op::Reserve { cells, cost, max_wait }),
-        1 => (cell(limits), cost).prop_map(|(cell, cost)| Op::Next { cell, cost }),
+        1 => (cell(n), cost.clone()).prop_map(|(cell, cost)| Op::Next { cell, cost }),
+        1 => (record_cell, cost, back)
+            .prop_map(|(cell, cost, back)| Op::Record { cell, cost, back }),
+        2 => (release_cell, pick).prop_map(|(cell, lease)| Op::Release { cell, lease }),
     ];
     (advance, op).prop_map(|(advance, op)| Step { advance, op })
 }
 
 const KEYS: [&[u8]; 3] = [b"alice", b"bob", b"{carol}"];
 
-/// Runs one step on a store; the result, formatted for comparison.
-async fn apply<S: Store>(store: &S, limits: &[Limit], now: u64, op: &Op) -> String {
+/// A lease a check took: its cell and its id.
+type Taken = ((usize, u8), u64);
+
+/// Runs one step on a store; the result, formatted for comparison, and the
+/// leases it took.
+async fn apply<S: Store>(
+    store: &S,
+    limits: &[Limit],
+    now: u64,
+    op: &Op,
+    taken: &[Taken],
+) -> (String, Vec<Taken>) {
     let requests = |cells: &[(usize, u8)]| -> Vec<LimitKey<'_>> {
         cells
             .iter()
@@ -158,9 +258,18 @@ async fn apply<S: Store>(store: &S, limits: &[Limit], now: u64, op: &Op) -> Stri
             .collect()
     };
     let at = Moment::At(now);
-    match op {
+    let mut took = Vec::new();
+    let text = match op {
         Op::Check { cells, cost } => {
-            format!("{:?}", store.check(&requests(cells), at, *cost).await)
+            let result = store.check(&requests(cells), at, *cost).await;
+            if let Ok(decisions) = &result {
+                for (cell, decision) in cells.iter().zip(decisions) {
+                    if let Some(lease) = decision.lease {
+                        took.push((*cell, lease));
+                    }
+                }
+            }
+            format!("{result:?}")
         }
         Op::Reserve {
             cells,
@@ -181,7 +290,23 @@ async fn apply<S: Store>(store: &S, limits: &[Limit], now: u64, op: &Op) -> Stri
             let request = requests(std::slice::from_ref(cell))[0];
             format!("{:?}", store.next_available(request, at, *cost).await)
         }
-    }
+        Op::Record { cell, cost, back } => {
+            let request = requests(std::slice::from_ref(cell))[0];
+            let at = Moment::At(now - back);
+            format!("{:?}", store.record(request, at, *cost).await)
+        }
+        Op::Release { cell, lease } => {
+            let (cell, id) = match (lease, taken) {
+                (Pick::Taken(i), [_, ..]) => taken[i % taken.len()],
+                (Pick::Elsewhere(i), [_, ..]) => (*cell, taken[i % taken.len()].1),
+                (Pick::Bogus(id), _) => (*cell, *id),
+                (_, []) => (*cell, now),
+            };
+            let request = requests(&[cell])[0];
+            format!("{id} {:?}", store.release(request, id).await)
+        }
+    };
+    (text, took)
 }
 
 #[test]
@@ -196,19 +321,21 @@ fn random_traces_decide_alike_in_memory_and_in_redis() {
         failure_persistence: None,
         ..ProptestConfig::default()
     };
-    proptest!(config, |(steps in proptest::collection::vec(step(limits.len()), 1..60))| {
+    proptest!(config, |(steps in proptest::collection::vec(step(&limits), 1..60))| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (memory, redis) = stores(&server, &format!("trace{n}"));
         let mut now = START;
+        let mut taken = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             now += step.advance;
-            let (expected, got) = runtime.block_on(async {
+            let ((expected, took), (got, _)) = runtime.block_on(async {
                 (
-                    apply(&memory, &limits, now, &step.op).await,
-                    apply(&redis, &limits, now, &step.op).await,
+                    apply(&memory, &limits, now, &step.op, &taken).await,
+                    apply(&redis, &limits, now, &step.op, &taken).await,
                 )
             });
             prop_assert_eq!(&expected, &got, "step {} {:?} at {}", i, step.op, now);
+            taken.extend(took);
         }
     });
 }
@@ -236,6 +363,19 @@ fn focused(op: &Op, limits: usize) -> Op {
             cell: cell(c),
             cost: *cost,
         },
+        Op::Record {
+            cell: c,
+            cost,
+            back,
+        } => Op::Record {
+            cell: cell(c),
+            cost: *cost,
+            back: *back,
+        },
+        Op::Release { cell: c, lease } => Op::Release {
+            cell: cell(c),
+            lease: lease.clone(),
+        },
     }
 }
 
@@ -252,21 +392,23 @@ fn focused_traces_on_a_few_limits_decide_alike() {
         ..ProptestConfig::default()
     };
     let chosen = proptest::sample::subsequence((0..all.len()).collect::<Vec<_>>(), 1..=3);
-    proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(3), 1..80))| {
+    proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(&all), 1..80))| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (memory, redis) = stores(&server, &format!("focused{n}"));
         let limits: Vec<Limit> = chosen.iter().map(|&i| all[i]).collect();
         let mut now = START;
+        let mut taken = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             now += step.advance;
             let op = focused(&step.op, limits.len());
-            let (expected, got) = runtime.block_on(async {
+            let ((expected, took), (got, _)) = runtime.block_on(async {
                 (
-                    apply(&memory, &limits, now, &op).await,
-                    apply(&redis, &limits, now, &op).await,
+                    apply(&memory, &limits, now, &op, &taken).await,
+                    apply(&redis, &limits, now, &op, &taken).await,
                 )
             });
             prop_assert_eq!(&expected, &got, "step {} {:?} at {} on {:?}", i, op, now, limits);
+            taken.extend(took);
         }
     });
 }
@@ -604,4 +746,261 @@ fn reservations_piling_up_to_the_end_of_time_saturate_alike() {
         pair.reserve(&one, START, 1, Some(Duration::from_secs(1)));
         pair.check(&one, START, 1);
     }
+}
+
+/// Runs `$body` with `$s` bound to the memory store, then to the Redis
+/// store; asserts both give the same result and returns it.
+macro_rules! both {
+    ($stores:expr, |$s:ident| $body:expr) => {{
+        let (memory, redis) = &$stores;
+        let expected = {
+            let $s = memory;
+            $body.await
+        };
+        let got = {
+            let $s = redis;
+            $body.await
+        };
+        assert_eq!(format!("{expected:?}"), format!("{got:?}"));
+        expected
+    }};
+}
+
+const SEC: u64 = 1_000_000_000;
+
+fn one(limit: &Limit) -> [LimitKey<'_>; 1] {
+    [LimitKey { limit, key: b"k" }]
+}
+
+#[test]
+fn stepped_window_counts_whole_steps_until_they_leave() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "stepped-boundaries");
+    assert_eq!(START % SEC, 0, "steps of 1 s start at START");
+    let limit = Limit::new(
+        AlgorithmName::SteppedWindow,
+        rate(2, Duration::from_secs(3)),
+    )
+    .with_step(Duration::from_secs(1));
+    let uneven = Limit::new(
+        AlgorithmName::SteppedWindow,
+        rate(1, Duration::from_millis(2500)),
+    )
+    .with_step(Duration::from_secs(1));
+    let check = |limit: &Limit, at: u64| {
+        let stores = &stores;
+        let limit = *limit;
+        async move {
+            both!(stores, |s| s.check(&one(&limit), Moment::At(at), 1))
+                .unwrap()
+                .remove(0)
+        }
+    };
+    runtime.block_on(async {
+        let first = check(&limit, START + 200 * MS).await;
+        assert!(first.allowed && first.remaining == 1);
+        // Counted in step [0 s, 1 s), which touches windows until 1 s + P.
+        assert_eq!(first.reset_after, Duration::from_millis(3800));
+        assert!(check(&limit, START + 2900 * MS).await.allowed);
+        // An exact window (0.4 s, 3.4 s] no longer holds the request at
+        // 0.2 s, but its step still touches the window: conservative.
+        let at = START + 3400 * MS;
+        let refused = check(&limit, at).await;
+        assert!(!refused.allowed && refused.remaining == 0);
+        assert_eq!(refused.retry_after, Duration::from_millis(600));
+        let next = both!(stores, |s| s.next_available(
+            one(&limit)[0],
+            Moment::At(at),
+            1
+        ));
+        assert_eq!(next, Ok(START + 4 * SEC));
+        let refused = check(&limit, START + 4 * SEC - 1).await;
+        assert_eq!(refused.retry_after, Duration::from_nanos(1));
+        assert!(check(&limit, START + 4 * SEC).await.allowed);
+        // P = 2.5 steps: step [0 s, 1 s) leaves at 3.5 s.
+        assert!(check(&uneven, START + 900 * MS).await.allowed);
+        let refused = check(&uneven, START + 3400 * MS).await;
+        assert_eq!(refused.retry_after, Duration::from_millis(100));
+        assert!(!check(&uneven, START + 3500 * MS - 1).await.allowed);
+        assert!(check(&uneven, START + 3500 * MS).await.allowed);
+    });
+}
+
+#[test]
+fn stepped_window_queues_checks_behind_a_booking() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "stepped-booking");
+    let limit = Limit::new(
+        AlgorithmName::SteppedWindow,
+        rate(1, Duration::from_secs(2)),
+    )
+    .with_step(Duration::from_secs(1));
+    runtime.block_on(async {
+        let at = |t| Moment::At(START + t);
+        let first = both!(stores, |s| s.check(&one(&limit), at(0), 1)).unwrap();
+        assert!(first[0].allowed);
+        let booked = both!(stores, |s| s.reserve(&one(&limit), at(500 * MS), 1, None)).unwrap();
+        assert!(booked.booked);
+        assert_eq!(booked.wait, Duration::from_millis(2500));
+        // Booked into the step starting at 3 s: a check before it waits for
+        // the next slot, when that step leaves, at 6 s.
+        let queued = both!(stores, |s| s.check(&one(&limit), at(SEC), 1)).unwrap();
+        assert!(!queued[0].allowed);
+        assert_eq!(queued[0].retry_after, Duration::from_secs(5));
+        let peek = both!(stores, |s| s.check(&one(&limit), at(SEC), 0)).unwrap();
+        assert!(peek[0].allowed);
+        let next = both!(stores, |s| s.next_available(one(&limit)[0], at(SEC), 1));
+        assert_eq!(next, Ok(START + 6 * SEC));
+    });
+}
+
+#[test]
+fn stepped_window_records_calls_over_the_limit() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "stepped-record");
+    let limit = Limit::new(
+        AlgorithmName::SteppedWindow,
+        rate(3, Duration::from_secs(2)),
+    )
+    .with_step(Duration::from_secs(1));
+    let request = one(&limit)[0];
+    runtime.block_on(async {
+        let at = |t: u64| Moment::At(START + t);
+        let record = |t: u64, cost: u64| {
+            let stores = &stores;
+            async move { both!(stores, |s| s.record(request, at(t), cost)).unwrap() }
+        };
+        assert_eq!(record(100 * MS, 5).await, 5, "over the limit of 3");
+        let refused = both!(stores, |s| s.check(&[request], at(200 * MS), 1)).unwrap();
+        assert!(!refused[0].allowed && refused[0].remaining == 0);
+        // Step [0 s, 1 s) holds 5 and leaves at 3 s.
+        assert_eq!(refused[0].retry_after, Duration::from_millis(2800));
+        assert_eq!(record(1500 * MS, 1).await, 6);
+        // Out of order: counted in its own step, and in the window ending
+        // at the newest step.
+        assert_eq!(record(500 * MS, 1).await, 7);
+        // Too old to touch any window still to come: ignored.
+        assert_eq!(
+            both!(stores, |s| s.record(
+                request,
+                Moment::At(START - 5 * SEC),
+                2
+            )),
+            Ok(7)
+        );
+        let peek = both!(stores, |s| s.check(&[request], at(1500 * MS), 0)).unwrap();
+        assert!(peek[0].allowed && peek[0].remaining == 0);
+        // At 3.2 s only step [1 s, 2 s) is left; cost 0 counts nothing.
+        assert_eq!(record(3200 * MS, 0).await, 1);
+        let admitted = both!(stores, |s| s.check(&[request], at(3200 * MS), 1)).unwrap();
+        assert!(admitted[0].allowed && admitted[0].remaining == 1);
+        // Every other algorithm refuses to record, alike in both stores.
+        for algorithm in [AlgorithmName::Gcra, AlgorithmName::Concurrency] {
+            let other = Limit::new(algorithm, rate(3, Duration::from_secs(2)));
+            let refused = both!(stores, |s| s.record(one(&other)[0], at(0), 1));
+            assert_eq!(
+                refused,
+                Err(tollgate_core::StoreError::Limit(
+                    tollgate_core::LimitError::Option {
+                        option: "record",
+                        algorithm
+                    }
+                ))
+            );
+        }
+    });
+}
+
+#[test]
+fn concurrency_leases_are_held_released_and_expire() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "concurrency");
+    let limit = Limit::new(AlgorithmName::Concurrency, rate(3, Duration::from_secs(1)))
+        .with_lease_ttl(Duration::from_secs(10));
+    let request = one(&limit)[0];
+    // Releases run at Redis's clock, a year past these instants: they must
+    // not drop the leases still held at them.
+    runtime.block_on(async {
+        let check = |t: u64| {
+            let stores = &stores;
+            async move {
+                both!(stores, |s| s.check(&[request], Moment::At(START + t), 1))
+                    .unwrap()
+                    .remove(0)
+            }
+        };
+        let release = |lease: u64| {
+            let stores = &stores;
+            async move { both!(stores, |s| s.release(request, lease)).unwrap() }
+        };
+        // Three leases at one instant get consecutive ids.
+        for i in 0..3 {
+            let granted = check(0).await;
+            assert!(granted.allowed);
+            assert_eq!(granted.lease, Some(START + i));
+        }
+        let full = check(SEC).await;
+        assert!(!full.allowed && full.remaining == 0 && full.lease.is_none());
+        assert_eq!(
+            full.retry_after,
+            Duration::from_secs(9),
+            "the first expires"
+        );
+        assert!(release(START + 1).await);
+        let granted = check(SEC).await;
+        assert!(granted.allowed);
+        assert_eq!(granted.lease, Some(START + SEC));
+        assert!(!release(START + 1).await, "released twice");
+        assert!(!release(12_345).await, "never handed out");
+        let elsewhere = LimitKey {
+            limit: &limit,
+            key: b"elsewhere",
+        };
+        assert!(!both!(stores, |s| s.release(elsewhere, START)).unwrap());
+        // Leases at 0 s, 0 s and 1 s: the first two expire at 10 s.
+        let full = check(10 * SEC - 1).await;
+        assert!(!full.allowed);
+        assert_eq!(full.retry_after, Duration::from_nanos(1));
+        let granted = check(10 * SEC).await;
+        assert!(granted.allowed && granted.remaining == 1);
+        assert_eq!(granted.lease, Some(START + 10 * SEC));
+        assert!(!release(START).await, "expired, then dropped");
+        assert_eq!(check(10 * SEC).await.lease, Some(START + 10 * SEC + 1));
+        assert!(!check(10 * SEC).await.allowed);
+        assert!(release(START + SEC).await);
+        assert!(check(10 * SEC).await.allowed);
+    });
+}
+
+#[test]
+fn concurrency_never_hands_out_an_id_twice() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "concurrency-ids");
+    let limit = Limit::new(AlgorithmName::Concurrency, rate(1, Duration::from_secs(1)));
+    let request = one(&limit)[0];
+    runtime.block_on(async {
+        let at = Moment::At(START);
+        let first = both!(stores, |s| s.check(&[request], at, 1)).unwrap();
+        assert_eq!(first[0].lease, Some(START));
+        // Every lease released: the key still remembers the next id.
+        assert_eq!(both!(stores, |s| s.release(request, START)), Ok(true));
+        let second = both!(stores, |s| s.check(&[request], at, 1)).unwrap();
+        assert_eq!(second[0].lease, Some(START + 1));
+        assert_eq!(
+            both!(stores, |s| s.reserve(&[request], at, 1, None)),
+            Err(tollgate_core::StoreError::Limit(
+                tollgate_core::LimitError::ReservationUnsupported
+            ))
+        );
+    });
 }

@@ -47,15 +47,20 @@ for i = 1, #KEYS do
   }
 end
 
--- Writes a cell's state back, with a TTL that outlives its expiry.
-local function store(c)
+-- Writes a cell's state back, with a TTL that outlives its expiry. A
+-- `timeless` operation (release: the call carries no instant, and like the
+-- memory store's it drops nothing by the clock) deletes only a state that
+-- is as good as new at any time; Redis's clock may be far past the instants
+-- the calls around it sent.
+local function store(c, timeless)
   local expires = c.A.expires_at(c.L, c.st)
-  if B.cmp(expires, now) <= 0 then
+  if B.cmp(expires, timeless and B.ZERO or now) <= 0 then
     redis.call('HDEL', c.key, c.field)
     return
   end
   redis.call('HSET', c.key, c.field, c.A.encode(c.L, c.st))
   local ttl = B.approx(B.div_ceil(B.sub(expires, now), B.MILLION)) + grace_ms
+  if ttl < 1 then ttl = 1 end
   local current = redis.call('PTTL', c.key)
   if current < ttl then
     redis.call('PEXPIRE', c.key, ttl)
@@ -191,7 +196,7 @@ local function release()
   if c.A.release ~= nil then
     held = c.A.release(c.L, c.st, ARGV[4])
   end
-  if held then store(c) end
+  if held then store(c, true) end
   return { B.str(now), held and '1' or '0' }
 end
 

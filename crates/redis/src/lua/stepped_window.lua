@@ -1,0 +1,257 @@
+-- stepped_window: the Databox stepped sliding window; a port of
+-- tollgate-core's algorithm/stepped_window.rs over the running totals of
+-- algorithm/running_totals.rs, and of tollgate-memory's keyed.rs for
+-- `record` (count a call already made, even over the limit, and return the
+-- count in the window ending at max(at, the newest step's start)).
+--
+-- Time is cut into epoch-aligned steps of `step` ns; a step counts while
+-- any part of it lies in (t - P, t] (the conservative rule). The state is
+-- one mark per non-empty step that may still touch a window: its step index
+-- and the running total of costs up to and including it, plus the total of
+-- the marks already dropped.
+-- Spec: "stepped_window n p step" (p and step in ns).
+-- State: "dropped <packed rows>" (see packed_rows.lua), one row per mark:
+-- step index, running total; oldest first.
+--
+-- The file's locals live in a do block: one chunk holds every file, and Lua
+-- allows a function (the chunk) 200 locals.
+
+do
+  local sw = {}
+  ALG.stepped_window = sw
+
+  local AT, TOTAL = 1, 2
+
+  function sw.parse(f)
+    local L = {
+      n = number_field(f[2], 'n'),
+      p = number_field(f[3], 'p'),
+      step = number_field(f[4], 'step'),
+    }
+    if B.is_zero(L.step) then error('tollgate: bad step: 0') end
+    -- P = whole x step + extra.
+    L.whole, L.extra = B.divmod(L.p, L.step)
+    L.lag = B.is_zero(L.extra) and L.whole or B.add(L.whole, B.ONE)
+    -- Marks span at most whole + 2 steps, and a window admits about n.
+    L.room = { B.mul(B.add(L.whole, B.num(2)), B.num(4)), B.mul(L.n, B.num(10)) }
+    return L
+  end
+
+  function sw.decode(L, text)
+    if text == nil then
+      return { dropped = B.ZERO, marks = Packed.new(L.room) }
+    end
+    local w, rest = Packed.fields(text, 1)
+    return {
+      dropped = number_field(w[1], 'stepped_window state'),
+      marks = Packed.decode(L.room, text, rest),
+    }
+  end
+
+  function sw.encode(L, st)
+    return Packed.encode(st.marks, B.str(st.dropped) .. ' ')
+  end
+
+  -- The running totals (running_totals.rs), marks indexed from 1.
+
+  local function len(st)
+    return Packed.len(st.marks)
+  end
+
+  local function newest_at(st)
+    local m = len(st)
+    if m == 0 then return nil end
+    return Packed.get(st.marks, m, AT)
+  end
+
+  local function total(st)
+    local m = len(st)
+    if m == 0 then return st.dropped end
+    return Packed.get(st.marks, m, TOTAL)
+  end
+
+  local function total_before(st, i)
+    if i > 1 then return Packed.get(st.marks, i - 1, TOTAL) end
+    return st.dropped
+  end
+
+  -- Index of the first mark at or after `position`.
+  local function first_from(st, position)
+    return Packed.search(st.marks, AT, position, false)
+  end
+
+  local function count_from(st, position)
+    return B.sub(total(st), total_before(st, first_from(st, position)))
+  end
+
+  local function drop_before(st, position)
+    local i = first_from(st, position)
+    if i > 1 then
+      st.dropped = Packed.get(st.marks, i - 1, TOTAL)
+      Packed.drop_front(st.marks, i - 1)
+    end
+  end
+
+  -- The step of the oldest mark whose running total is at least target.
+  local function first_reaching(st, target)
+    local i = Packed.search(st.marks, TOTAL, target, false)
+    if i > len(st) then return nil end
+    return Packed.get(st.marks, i, AT)
+  end
+
+  local function add(st, position, cost)
+    local m = len(st)
+    local newest = newest_at(st)
+    if newest == nil or B.cmp(newest, position) < 0 then
+      Packed.insert(st.marks, m + 1, { position, B.add(total(st), cost) })
+      return
+    end
+    if B.cmp(newest, position) == 0 then
+      Packed.set(st.marks, m, { position, B.add(total(st), cost) })
+      return
+    end
+    -- Out of order: a mark in the middle, every later total moves.
+    local index = first_from(st, position)
+    local rows = Packed.rows(st.marks)
+    if index > m or B.cmp(rows[index][AT], position) ~= 0 then
+      table.insert(rows, index, { position, total_before(st, index) })
+    end
+    for i = index, #rows do
+      rows[i] = { rows[i][AT], B.add(rows[i][TOTAL], cost) }
+    end
+    Packed.assign(st.marks, rows)
+  end
+
+  -- The window (stepped_window.rs).
+
+  -- t's step and the ns into it; remembers the last instant, which a
+  -- decision asks for twice.
+  local function div_step(L, t)
+    if L.memo_t == nil or B.cmp(L.memo_t, t) ~= 0 then
+      L.memo_t = t
+      L.memo_q, L.memo_r = B.divmod(t, L.step)
+    end
+    return L.memo_q, L.memo_r
+  end
+
+  -- The oldest step that touches (t - P, t].
+  local function oldest_touching(L, t)
+    if B.cmp(t, L.p) < 0 then return B.ZERO end
+    local a, b = div_step(L, t)
+    local oldest = B.sub(a, L.whole)
+    if B.cmp(b, L.extra) < 0 then oldest = B.sub(oldest, B.ONE) end
+    return oldest
+  end
+
+  local function oldest_touching_step(L, step)
+    return B.sub(step, L.lag)
+  end
+
+  local function count_at(L, st, t)
+    return count_from(st, oldest_touching(L, t))
+  end
+
+  -- The first instant at which `step` no longer touches the window.
+  local function step_leaves(L, step)
+    local next_step = B.sat64(B.add(step, B.ONE))
+    return B.sat64(B.add(B.sat64(B.mul(next_step, L.step)), L.p))
+  end
+
+  local function leave_time(L, st, cost)
+    local target = B.sub(B.add(total(st), cost), L.n)
+    local at = first_reaching(st, target)
+    if at == nil then return B.ZERO end
+    return step_leaves(L, at)
+  end
+
+  local function pending(L, st, now)
+    local newest = newest_at(st)
+    return newest ~= nil and B.cmp(now, B.sat64(B.mul(newest, L.step))) < 0
+  end
+
+  -- Counts cost at `at` whatever the limit says.
+  local function record(L, st, at, cost)
+    if B.is_zero(cost) then return end
+    local step = (div_step(L, at))
+    local newest = newest_at(st)
+    if newest == nil then
+      newest = step
+    else
+      newest = B.max(newest, step)
+    end
+    local oldest = oldest_touching_step(L, newest)
+    if B.cmp(step, oldest) < 0 then return end
+    drop_before(st, oldest)
+    add(st, step, cost)
+  end
+
+  function sw.expires_at(L, st)
+    local newest = newest_at(st)
+    if newest == nil then return B.ZERO end
+    return step_leaves(L, newest)
+  end
+
+  function sw.next_available(L, st, now, cost)
+    local from = now
+    local newest = newest_at(st)
+    if newest ~= nil then
+      from = B.max(now, B.sat64(B.mul(newest, L.step)))
+    end
+    if B.cmp(B.add(count_at(L, st, from), cost), L.n) <= 0 then
+      return from
+    end
+    return leave_time(L, st, cost)
+  end
+
+  function sw.evaluate(L, st, now, cost)
+    local d
+    if pending(L, st, now) then
+      -- Booked requests still queued (tally.rs `queued`).
+      d = decision(false, L.n)
+      d.retry_after = until_ns(now, sw.next_available(L, st, now, cost))
+      d.reset_after = until_ns(now, sw.expires_at(L, st))
+      return d
+    end
+    local count = count_at(L, st, now)
+    local after = B.add(count, cost)
+    if B.cmp(after, L.n) <= 0 then
+      d = decision(true, L.n)
+      d.remaining = B.sub(L.n, after)
+      local reset
+      if B.is_zero(cost) then
+        reset = sw.expires_at(L, st)
+      else
+        -- A counted request lands in the newest step, now's.
+        reset = step_leaves(L, (div_step(L, now)))
+      end
+      d.reset_after = until_ns(now, reset)
+    else
+      d = decision(false, L.n)
+      d.remaining = B.sub(L.n, count)
+      d.retry_after = until_ns(now, leave_time(L, st, cost))
+      d.reset_after = until_ns(now, sw.expires_at(L, st))
+    end
+    return d
+  end
+
+  function sw.commit(L, st, now, cost)
+    record(L, st, now, cost)
+    return nil
+  end
+
+  function sw.slot(L, st, now, cost)
+    local at = sw.next_available(L, st, now, cost)
+    return { at = at, wait = B.sub(at, now) }
+  end
+
+  function sw.book(L, st, now, slot, cost)
+    record(L, st, slot.at, cost)
+  end
+
+  function sw.record(L, st, now, cost)
+    record(L, st, now, cost)
+    -- expires_at is the end of the newest step plus P.
+    local newest_start = B.sub(B.sub(sw.expires_at(L, st), L.p), L.step)
+    return count_at(L, st, B.max(now, newest_start))
+  end
+end
