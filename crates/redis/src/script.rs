@@ -13,5 +13,9 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/gcra.lua"),
     "\n",
+    include_str!("lua/sliding_log.lua"),
+    "\n",
+    include_str!("lua/sliding_counter.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );
