@@ -54,6 +54,10 @@ fn limits() -> Vec<Limit> {
                 out.push(Limit::new(algorithm, rate(1, ms(1))));
                 out.push(Limit::new(algorithm, rate(97, ms(3))));
                 out.push(Limit::new(algorithm, rate(4_000_000_000, s(7))));
+                // The log's widths at their edges: P of exactly 10^7 ns and
+                // N of 10^7; P beyond 10^14 ns.
+                out.push(Limit::new(algorithm, rate(10_000_000, ms(10))));
+                out.push(Limit::new(algorithm, rate(3, s(200_000))));
             }
             _ => unreachable!("not ported: {algorithm:?}"),
         }
@@ -384,6 +388,35 @@ fn sliding_log_weighted_costs_fill_it_exactly() {
     assert_eq!((d.allowed, d.remaining), (true, 0));
 }
 
+/// The Redis log keeps each mark's instant and total modulo 10^7 when P is
+/// at most 10 ms and N below 10^7: marks on both sides of a multiple of
+/// 10^7, in instants and in totals, read back exactly.
+#[test]
+fn sliding_log_marks_across_a_wrap_of_their_residues() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let (n, p) = (9_999_999, 10_000_000);
+    let log = Limit::new(AlgorithmName::SlidingWindowLog, rate(n, NS(p)));
+    let twin = Twin::new(&runtime, &server, "log-wrap", log);
+    assert_eq!(START % 10_000_000, 0);
+    let t0 = START - 3;
+    assert!(twin.check(t0, 6_000_000).allowed);
+    assert_eq!(twin.check(t0 + 5, 3_999_999).remaining, 0);
+    let d = twin.check(t0 + 6, 1);
+    assert_eq!((d.allowed, d.retry_after), (false, NS(p - 6)));
+    assert_eq!(twin.next(t0 + 6, 4_000_000), t0 + p);
+    assert_eq!(twin.next(t0 + 6, 6_000_001), t0 + 5 + p);
+    // Totals 9,999,999 then 15,999,999.
+    assert!(twin.check(t0 + p, 6_000_000).allowed);
+    let d = twin.check(t0 + p + 1, 1);
+    assert_eq!((d.allowed, d.retry_after), (false, NS(4)));
+    assert_eq!(twin.next(t0 + p + 1, n), t0 + 2 * p);
+    assert!(!twin.check(t0 + 4 + p, 3_999_999).allowed);
+    assert!(twin.check(t0 + 5 + p, 3_999_999).allowed);
+    assert_eq!(twin.check(t0 + 5 + p, 0).remaining, 0);
+}
+
 #[test]
 fn sliding_counter_weighs_the_previous_window_with_the_floor() {
     let server = RedisServer::start();
@@ -474,7 +507,7 @@ fn sliding_counter_reservations_land_exactly() {
     let w = (START / p + 1) * p;
     reservations_land_exactly(&twin, w, 7);
     // The window after a full one: its weight leaves 1 free after 1 ns.
-    let twin = Twin::new(&runtime, &server, "counter-reserve-2", twin.limit.clone());
+    let twin = Twin::new(&runtime, &server, "counter-reserve-2", twin.limit);
     assert!(twin.check(w, 7).allowed);
     assert_eq!(twin.next(w + 1, 1), w + p + 1);
 }
@@ -530,13 +563,21 @@ fn full_log_decision_cost_against_gcra() {
             .unwrap();
         assert!(d[0].allowed);
     }
+    let keys = server.command("KEYS conformance:cost:*").unwrap();
+    let key = keys.lines().nth(2).unwrap();
+    let bytes = server
+        .command(&format!(
+            "HSTRLEN {key} \"sliding_window_log 10000 {p} - - -\""
+        ))
+        .unwrap();
+    let bytes: u64 = bytes.trim().trim_start_matches(':').parse().unwrap();
     let rejected = run(&log, &|i| START + 10_000 + i, false);
     // Each admits one as the oldest leaves: the whole log is rewritten.
     let admitted = run(&log, &|i| START + p + i, true);
     let gcra_us = run(&gcra, &|i| START + i, true);
     println!(
-        "µs per decision: gcra {gcra_us:.1}; log of 10,000: rejected {rejected:.1} \
-         ({:.1}×), admitted {admitted:.1} ({:.1}×); first {rounds} fills {fill:.1}",
+        "µs per decision: gcra {gcra_us:.1}; log of 10,000 ({bytes} bytes): rejected \
+         {rejected:.1} ({:.1}×), admitted {admitted:.1} ({:.1}×); first {rounds} fills {fill:.1}",
         rejected / gcra_us,
         admitted / gcra_us,
     );

@@ -41,69 +41,90 @@ end
 -- The log is one mark per instant (requests at one instant share a mark)
 -- with the running total of costs up to and including it, oldest first,
 -- and the running total before the oldest mark ("dropped").
--- State: "<dropped>|" followed by the marks, 18 bytes each: the instant,
--- then the running total, each as three base-10^7 limbs (a u64 needs at
--- most three), most significant first, each limb in 3 big-endian bytes.
--- Fixed-width marks are read in place: a decision reads the newest mark
--- and binary-searches the log, never parsing all of it, so its work is
--- logarithmic in the log's length apart from Redis copying the value (a
--- commit rewrites the whole value, 18 bytes a mark). A commit keeps only
--- the marks inside the window ending at it, so a stored log holds at most n.
--- While a script runs the state is { dropped, text, off, lo, hi }: mark i
--- starts at byte off + 18(i - 1) + 1 of text; marks lo..hi are the log,
--- those before lo have been dropped since decoding.
+--
+-- State: "<dropped>|" for an empty log, otherwise
+-- "<dropped> <newest instant> <newest total> <wa><wt>|" followed by the
+-- marks, 3(wa + wt) bytes each: the instant modulo 10^(7 wa), then the
+-- running total modulo 10^(7 wt), each as its wa (wt) low base-10^7 limbs,
+-- most significant first, each limb in 3 big-endian bytes. A mark's values
+-- are the newest ones less the distance between the residues, which is
+-- exact while every mark is less than the modulus from the newest. A
+-- commit keeps only marks inside the window ending at it, so a stored log
+-- spans less than p with at most n in it: wa, wt are the fewest limbs with
+-- 10^(7 wa) >= p and 10^(7 wt) > n (9 bytes a mark for 10,000/day; 6 for
+-- periods up to 10 ms), or 3 and 3 (whole values) should a log not fit.
+-- Fixed-width marks are read in place: a decision reads the header and
+-- binary-searches the marks, never parsing all of them, so its work is
+-- logarithmic in the log's length apart from Redis copying the value in
+-- (and, for a commit, out).
+-- While a script runs the state is { dropped, newest_at, newest_total, wa,
+-- wt, text, off, lo, hi }: mark i starts at byte off + size(i - 1) + 1 of
+-- text; marks lo..hi are the log, those before lo were dropped since text
+-- was read or written; text is the stored form unless dirty.
 -- The limb bytes are exact integers below 2^24, the only plain Lua numbers
--- here besides indices.
+-- here besides indices and widths.
 
 local sliding_window_log = {}
 ALG.sliding_window_log = sliding_window_log
 
-local MARK = 18
+-- 10^(7k), the modulus of k limbs.
+local function limbs_modulus(k)
+  return B.parse('1' .. string.rep('0', 7 * k))
+end
+
+local LOG_MODULI = { limbs_modulus(1), limbs_modulus(2), limbs_modulus(3) }
+
+-- The fewest limbs (at most 3) whose modulus is at least (above) x.
+local function limbs_for(x, above)
+  for k = 1, 2 do
+    local c = B.cmp(LOG_MODULI[k], x)
+    if c > 0 or (c == 0 and not above) then return k end
+  end
+  return 3
+end
 
 function sliding_window_log.parse(f)
-  return {
+  local L = {
     n = number_field(f[2], 'n'),
     p = number_field(f[3], 'p'),
   }
+  L.wa = limbs_for(L.p, false)
+  L.wt = limbs_for(L.n, true)
+  return L
+end
+
+local function bad_state()
+  error('tollgate: bad sliding_window_log state')
 end
 
 function sliding_window_log.decode(L, text)
   if text == nil then
-    return { dropped = B.ZERO, text = '', off = 0, lo = 1, hi = 0 }
+    return { dropped = B.ZERO, text = '', off = 0, lo = 1, hi = 0, wa = L.wa, wt = L.wt }
   end
-  local bar = string.find(text, '|', 1, true)
-  if bar == nil or (#text - bar) % MARK ~= 0 then
-    error('tollgate: bad sliding_window_log state')
+  local st = { text = text, lo = 1 }
+  local dropped, at, total, wa, wt, off = string.match(text, '^(%d+) (%d+) (%d+) (%d)(%d)|()')
+  if dropped == nil then
+    dropped, off = string.match(text, '^(%d+)|()')
+    if dropped == nil or off ~= #text + 1 then bad_state() end
+    st.wa, st.wt, st.hi = L.wa, L.wt, 0
+  else
+    st.newest_at = B.parse(at)
+    st.newest_total = B.parse(total)
+    st.wa, st.wt = tonumber(wa), tonumber(wt)
+    if st.wa < 1 or st.wa > 3 or st.wt < 1 or st.wt > 3 then bad_state() end
+    local size = 3 * (st.wa + st.wt)
+    if (#text - off + 1) % size ~= 0 or #text < off then bad_state() end
+    st.hi = (#text - off + 1) / size
   end
-  return {
-    dropped = number_field(string.sub(text, 1, bar - 1), 'sliding_window_log state'),
-    text = text,
-    off = bar,
-    lo = 1,
-    hi = (#text - bar) / MARK,
-  }
+  st.dropped = B.parse(dropped)
+  st.off = off - 1
+  return st
 end
 
--- The bytes of marks i..j.
-local function marks_text(st, i, j)
-  if j < i then return '' end
-  local first = st.off + (i - 1) * MARK + 1
-  local last = st.off + j * MARK
-  if first == 1 and last == #st.text then return st.text end
-  return string.sub(st.text, first, last)
-end
-
-function sliding_window_log.encode(L, st)
-  return B.str(st.dropped) .. '|' .. marks_text(st, st.lo, st.hi)
-end
-
--- A bigint below 10^21 as 9 bytes.
-local function pack_number(a)
-  if #a > 3 then
-    error('tollgate: sliding_window_log value out of range')
-  end
+-- The residue of a bigint modulo 10^(7k) as 3k bytes.
+local function pack_residue(a, k)
   local bytes = {}
-  for i = 3, 1, -1 do
+  for i = k, 1, -1 do
     local limb = a[i] or 0
     local hi = math.floor(limb / 65536)
     local rest = limb - hi * 65536
@@ -113,43 +134,90 @@ local function pack_number(a)
   return table.concat(bytes)
 end
 
--- The bigint of the 9 bytes of body from offset o.
-local function unpack_number(body, o)
-  local b1, b2, b3, b4, b5, b6, b7, b8, b9 = string.byte(body, o, o + 8)
-  local a = {
-    (b7 * 256 + b8) * 256 + b9,
-    (b4 * 256 + b5) * 256 + b6,
-    (b1 * 256 + b2) * 256 + b3,
-  }
+-- The bigint of the k limbs (3k bytes) of text from offset o.
+local function unpack_residue(text, o, k)
+  local a = {}
+  for i = k, 1, -1 do
+    local b1, b2, b3 = string.byte(text, o, o + 2)
+    a[i] = (b1 * 256 + b2) * 256 + b3
+    o = o + 3
+  end
   -- No leading zero limbs (bigint.lua's form).
-  for i = 3, 1, -1 do
+  for i = k, 1, -1 do
     if a[i] ~= 0 then break end
     a[i] = nil
   end
   return a
 end
 
-local function mark_bytes(at, total)
-  return pack_number(at) .. pack_number(total)
+-- The bigint residue of a modulo 10^(7k): its k low limbs.
+local function residue(a, k)
+  if #a <= k then return a end
+  local r = {}
+  for i = 1, k do r[i] = a[i] end
+  for i = k, 1, -1 do
+    if r[i] ~= 0 then break end
+    r[i] = nil
+  end
+  return r
+end
+
+-- The value whose residue is r, given that it is at most newest and less
+-- than the modulus m below it.
+local function from_residue(newest, r, k)
+  local top = residue(newest, k)
+  local distance
+  if B.cmp(r, top) <= 0 then
+    distance = B.sub(top, r)
+  else
+    distance = B.sub(B.add(top, LOG_MODULI[k]), r)
+  end
+  return B.sub(newest, distance)
+end
+
+local function mark_size(st)
+  return 3 * (st.wa + st.wt)
 end
 
 local function at_of(st, i)
-  return unpack_number(st.text, st.off + (i - 1) * MARK + 1)
+  local r = unpack_residue(st.text, st.off + (i - 1) * mark_size(st) + 1, st.wa)
+  return from_residue(st.newest_at, r, st.wa)
 end
 
 local function total_of(st, i)
-  return unpack_number(st.text, st.off + (i - 1) * MARK + 10)
+  local r = unpack_residue(st.text, st.off + (i - 1) * mark_size(st) + 1 + 3 * st.wa, st.wt)
+  return from_residue(st.newest_total, r, st.wt)
+end
+
+-- The bytes of marks i..j as stored.
+local function marks_text(st, i, j)
+  if j < i then return '' end
+  local size = mark_size(st)
+  return string.sub(st.text, st.off + (i - 1) * size + 1, st.off + j * size)
+end
+
+local function header(st)
+  if st.hi < st.lo then return B.str(st.dropped) .. '|' end
+  return table.concat({
+    B.str(st.dropped), ' ', B.str(st.newest_at), ' ', B.str(st.newest_total), ' ',
+    tostring(st.wa), tostring(st.wt), '|',
+  })
+end
+
+function sliding_window_log.encode(L, st)
+  if not st.dirty then return st.text end
+  return header(st) .. marks_text(st, st.lo, st.hi)
 end
 
 -- RunningTotals: the newest mark's instant, or nil.
 local function newest_at(st)
   if st.hi < st.lo then return nil end
-  return at_of(st, st.hi)
+  return st.newest_at
 end
 
 local function log_total(st)
   if st.hi < st.lo then return st.dropped end
-  return total_of(st, st.hi)
+  return st.newest_total
 end
 
 local function total_before(st, i)
@@ -193,6 +261,7 @@ local function drop_before(st, position)
   if i > st.lo then
     st.dropped = total_of(st, i - 1)
     st.lo = i
+    st.dirty = true
   end
 end
 
@@ -208,8 +277,9 @@ end
 
 -- Adds cost at position: to the mark there when there is one, as a new
 -- mark in order otherwise. Marks from the insertion point on are rewritten
--- (only the newest one, as the log is used: nothing is added before it).
-local function add(st, position, cost)
+-- (only the newest one, as the log is used: nothing is added before it);
+-- those before it keep their bytes unless the widths change.
+local function add(L, st, position, cost)
   local index
   local newest = newest_at(st)
   if newest ~= nil and B.cmp(newest, position) < 0 then
@@ -219,17 +289,44 @@ local function add(st, position, cost)
       return B.cmp(at_of(st, i), position) < 0
     end)
   end
-  local parts = { marks_text(st, st.lo, index - 1) }
+  -- The marks from index on, as values.
+  local tail = {}
   if index > st.hi or B.cmp(at_of(st, index), position) ~= 0 then
-    parts[#parts + 1] = mark_bytes(position, B.add(total_before(st, index), cost))
+    tail[1] = { position, B.add(total_before(st, index), cost) }
   end
   for i = index, st.hi do
-    parts[#parts + 1] = mark_bytes(at_of(st, i), B.add(total_of(st, i), cost))
+    tail[#tail + 1] = { at_of(st, i), B.add(total_of(st, i), cost) }
+  end
+  local oldest = tail[1][1]
+  if index > st.lo then oldest = at_of(st, st.lo) end
+  local at, total = tail[#tail][1], tail[#tail][2]
+  -- Widths that hold the new log: the limit's, or whole values.
+  local wa, wt = L.wa, L.wt
+  if B.cmp(B.sub(at, oldest), LOG_MODULI[wa]) >= 0
+      or B.cmp(B.sub(total, st.dropped), LOG_MODULI[wt]) >= 0 then
+    wa, wt = 3, 3
+  end
+  local head = index
+  if wa ~= st.wa or wt ~= st.wt then
+    -- Rewrite every mark (never, for a log used as the algorithm uses it).
+    local all = {}
+    for i = st.lo, index - 1 do
+      all[#all + 1] = { at_of(st, i), total_of(st, i) }
+    end
+    for _, m in ipairs(tail) do all[#all + 1] = m end
+    tail, head = all, st.lo
+  end
+  local prefix = marks_text(st, st.lo, head - 1)
+  st.newest_at, st.newest_total, st.wa, st.wt = at, total, wa, wt
+  st.lo, st.hi = 1, 1
+  local parts = { header(st), prefix }
+  for _, m in ipairs(tail) do
+    parts[#parts + 1] = pack_residue(m[1], wa) .. pack_residue(m[2], wt)
   end
   st.text = table.concat(parts)
-  st.off = 0
-  st.lo = 1
-  st.hi = #st.text / MARK
+  st.off = #parts[1]
+  st.hi = (#st.text - st.off) / mark_size(st)
+  st.dirty = false
 end
 
 -- The oldest instant inside (t - p, t].
@@ -284,7 +381,7 @@ end
 
 function sliding_window_log.commit(L, st, now, cost)
   drop_before(st, window_start(L, now))
-  add(st, now, cost)
+  add(L, st, now, cost)
   return nil
 end
 
