@@ -27,5 +27,9 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/concurrency.lua"),
     "\n",
+    include_str!("lua/sliding_log.lua"),
+    "\n",
+    include_str!("lua/sliding_counter.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );
