@@ -1,6 +1,7 @@
-//! The waiters on real tokio runtimes with tokio's clock paused: sleeping on
-//! tokio's timer, cancellation by `timeout`, arrival order across tasks, and
-//! the limit under many concurrent tasks. No real time passes.
+//! The waiters on real tokio runtimes with tokio's clock paused (through
+//! `TokioClock`, which follows it): sleeping on tokio's timer, cancellation
+//! by `timeout`, arrival order across tasks, and the limit under many
+//! concurrent tasks. No real time passes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::{timeout, Instant};
+use tollgate_client::clock::{Clock, RealClock, TokioClock, WaitClock};
 use tollgate_client::waiter::{GcraWaiter, RingWaiter};
 use tollgate_core::Rate;
 
@@ -21,7 +23,9 @@ fn since(start: Instant) -> u64 {
 
 #[tokio::test(start_paused = true)]
 async fn gcra_sleeps_on_tokios_timer() {
-    let waiter = GcraWaiter::with_burst(Rate::per_second(10).unwrap(), 1).unwrap();
+    let waiter = GcraWaiter::with_burst(Rate::per_second(10).unwrap(), 1)
+        .unwrap()
+        .with_clock(TokioClock::new());
     let start = Instant::now();
     let mut at = Vec::new();
     for _ in 0..4 {
@@ -33,7 +37,9 @@ async fn gcra_sleeps_on_tokios_timer() {
 
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_call_leaves_the_line_and_takes_nothing() {
-    let waiter = RingWaiter::new(Rate::per_second(1).unwrap()).unwrap();
+    let waiter = RingWaiter::new(Rate::per_second(1).unwrap())
+        .unwrap()
+        .with_clock(TokioClock::new());
     let start = Instant::now();
     waiter.until_ready().await;
     let gave_up = timeout(Duration::from_millis(300), waiter.until_ready()).await;
@@ -46,7 +52,11 @@ async fn a_timed_out_call_leaves_the_line_and_takes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn tasks_go_in_the_order_they_arrive() {
-    let waiter = Arc::new(GcraWaiter::with_burst(Rate::per_second(10).unwrap(), 3).unwrap());
+    let waiter = Arc::new(
+        GcraWaiter::with_burst(Rate::per_second(10).unwrap(), 3)
+            .unwrap()
+            .with_clock(TokioClock::new()),
+    );
     waiter.until_n_ready(3).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -69,7 +79,11 @@ async fn tasks_go_in_the_order_they_arrive() {
 
 #[tokio::test(start_paused = true)]
 async fn many_tasks_never_exceed_the_ring() {
-    let waiter = Arc::new(RingWaiter::new(Rate::per_second(5).unwrap()).unwrap());
+    let waiter = Arc::new(
+        RingWaiter::new(Rate::per_second(5).unwrap())
+            .unwrap()
+            .with_clock(TokioClock::new()),
+    );
     let start = Instant::now();
     let released = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -98,7 +112,11 @@ fn threads_with_their_own_runtimes_share_one_waiter() {
     // ring of 1,000 per hour without waiting. Then the ring is full: a
     // 1,001st call times out (on a paused clock: no real time passes) and
     // leaves the line.
-    let waiter = Arc::new(RingWaiter::new("1000/h".parse().unwrap()).unwrap());
+    let waiter = Arc::new(
+        RingWaiter::new("1000/h".parse().unwrap())
+            .unwrap()
+            .with_clock(TokioClock::new()),
+    );
     std::thread::scope(|s| {
         for _ in 0..4 {
             let waiter = Arc::clone(&waiter);
@@ -126,4 +144,14 @@ fn threads_with_their_own_runtimes_share_one_waiter() {
         assert!(next.is_err(), "the ring is full for the hour");
     });
     assert_eq!(waiter.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_real_clock_sleep_outlasts_an_early_timer() {
+    // On a paused runtime tokio's timer fires as soon as the runtime idles,
+    // long before the real clock reaches the deadline: the sleep must set
+    // the timer again rather than end early.
+    let clock = RealClock::new();
+    let sleep = clock.sleep_until(clock.now() + 3_600 * SEC);
+    assert!(timeout(Duration::from_secs(10_000), sleep).await.is_err());
 }

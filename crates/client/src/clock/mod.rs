@@ -7,9 +7,13 @@
 //! [`Clock`](tollgate_core::time::Clock) so instants are the same
 //! nanoseconds-since-the-epoch the core's algorithms take.
 //!
-//! - [`TokioClock`]: real time, read from tokio's clock and slept on with
+//! - [`RealClock`], the waiters' default: real time read cheaply from the
+//!   CPU's time-stamp counter (quanta), slept on with tokio's timer or the
+//!   thread.
+//! - [`TokioClock`]: real time read from tokio's clock and slept on with
 //!   tokio's timer. It follows `tokio::time::pause`, so a program's own tests
-//!   can run a waiter on tokio's paused clock.
+//!   can run a waiter on tokio's paused clock; each reading costs a system
+//!   clock call.
 //! - [`ManualClock`]: time that moves only when a test moves it (or, when
 //!   auto-advancing, jumps to whatever a sleeper waits for). Sleepers, async
 //!   or blocking, wake exactly at their deadline.
@@ -24,11 +28,13 @@
 //! This module owns time for the client crate; it does not decide anything.
 
 mod manual;
+mod real;
 mod tokio_clock;
 
 use std::future::Future;
 
 pub use manual::{ManualClock, ManualSleep};
+pub use real::{RealClock, RealSleep};
 pub use tokio_clock::TokioClock;
 pub use tollgate_core::time::Clock;
 

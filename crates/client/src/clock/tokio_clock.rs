@@ -45,9 +45,17 @@ impl TokioClock {
         let offset = Duration::from_nanos(deadline.saturating_sub(self.epoch_at_start));
         self.start
             .checked_add(offset)
-            .or_else(|| Instant::now().checked_add(FAR_FUTURE))
-            .unwrap_or_else(Instant::now)
+            .unwrap_or_else(|| tokio_deadline(FAR_FUTURE))
     }
+}
+
+/// The tokio instant `wait` from now, or far away when tokio cannot
+/// represent it.
+pub(super) fn tokio_deadline(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
 }
 
 impl Default for TokioClock {

@@ -1,48 +1,13 @@
-//! The line: a schedule, the calls waiting for it in arrival order, and whose
-//! turn it is.
-//!
-//! Only the call at the front of the line ever consults the schedule about
-//! the future: it computes when its permits are free, sleeps until then, and
-//! records them when it goes. Calls behind it wait for a wake-up, not for a
-//! time. So nothing is booked before it is granted: a call that leaves the
-//! line (its future dropped) has taken nothing, and the next one moves up.
-//! A call that finds the line empty and its permits free goes at once.
+//! The line: calls waiting for permits, in arrival order, with the wakers
+//! that tell the next one its turn has come and the jitter each drew.
 
 use std::collections::VecDeque;
-use std::task::{Poll, Waker};
+use std::task::Waker;
 
 use super::jitter::JitterSource;
-use super::schedule::Schedule;
-
-/// What became of a call on arrival.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Arrival {
-    /// Its permits were free and nobody was waiting: they are recorded.
-    Granted,
-    /// It waits in line with this ticket.
-    Queued(u64),
-}
-
-/// What a call in line should do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Turn {
-    /// Its permits are recorded and it has left the line: go.
-    Granted,
-    /// It is at the front; its permits are free at this instant.
-    SleepUntil(u64),
-}
-
-/// The outcome of [`Line::poll_turn`], and the call to wake (the new front)
-/// once the lock is released.
-#[derive(Debug)]
-pub(crate) struct Step {
-    pub(crate) turn: Poll<Turn>,
-    pub(crate) wake: Option<Waker>,
-}
 
 #[derive(Debug)]
-pub(crate) struct Line<S> {
-    schedule: S,
+pub(crate) struct Line {
     /// Waiting calls, oldest first; tickets increase along the line.
     queue: VecDeque<Entry>,
     next_ticket: u64,
@@ -52,18 +17,16 @@ pub(crate) struct Line<S> {
 #[derive(Debug)]
 struct Entry {
     ticket: u64,
-    permits: u64,
     /// Set while the call waits behind another one.
     waker: Option<Waker>,
-    /// With jitter: the instant it may go, drawn when it first had to wait
-    /// at the front (the permits' instant then, plus the extra wait).
+    /// With jitter: the instant the call may go, drawn when it first had to
+    /// wait at the front.
     not_before: Option<u64>,
 }
 
-impl<S: Schedule> Line<S> {
-    pub(crate) fn new(schedule: S, jitter: JitterSource) -> Self {
+impl Line {
+    pub(crate) fn new(jitter: JitterSource) -> Self {
         Line {
-            schedule,
             queue: VecDeque::new(),
             next_ticket: 0,
             jitter,
@@ -74,244 +37,119 @@ impl<S: Schedule> Line<S> {
         self.jitter = jitter;
     }
 
-    /// A call for `permits` arrives at `now`: it goes at once when nobody is
-    /// waiting and the permits are free, and joins the back of the line
-    /// otherwise.
-    #[inline]
-    pub(crate) fn arrive(&mut self, now: u64, permits: u64) -> Arrival {
-        if self.queue.is_empty() && self.schedule.try_record(now, permits) {
-            return Arrival::Granted;
-        }
-        self.enqueue(permits)
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
     }
 
-    #[cold]
-    fn enqueue(&mut self, permits: u64) -> Arrival {
+    /// How many calls are waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// A call joins the back of the line; its ticket.
+    pub(crate) fn join(&mut self) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         self.queue.push_back(Entry {
             ticket,
-            permits,
             waker: None,
             not_before: None,
         });
-        Arrival::Queued(ticket)
+        ticket
     }
 
-    /// The call holding `ticket` (for `permits`) asks at `now` whether it may
-    /// go. Behind another call it keeps `waker` to be woken when it reaches
-    /// the front; at the front it learns when to go, or goes.
-    pub(crate) fn poll_turn(&mut self, ticket: u64, permits: u64, now: u64, waker: &Waker) -> Step {
-        match self.position(ticket) {
-            Some(0) => self.front_turn(now),
-            Some(i) => {
-                let entry = &mut self.queue[i];
-                if !entry.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                    entry.waker = Some(waker.clone());
-                }
-                Step {
-                    turn: Poll::Pending,
-                    wake: None,
-                }
-            }
-            // Not in line: it cannot happen (a call leaves the line only by
-            // going or by being dropped), but if it did, the call waits for
-            // its permits like a front call rather than go unrecorded.
-            None => {
-                let earliest = self.schedule.earliest(now, permits);
-                let turn = if earliest <= now {
-                    self.schedule.record(now, permits);
-                    Turn::Granted
-                } else {
-                    Turn::SleepUntil(earliest)
-                };
-                Step {
-                    turn: Poll::Ready(turn),
-                    wake: None,
-                }
+    /// Where the call holding `ticket` stands (0 is the front).
+    pub(crate) fn position(&self, ticket: u64) -> Option<usize> {
+        self.queue
+            .binary_search_by_key(&ticket, |entry| entry.ticket)
+            .ok()
+    }
+
+    /// Keeps `waker` to wake the call at `position` when it reaches the
+    /// front.
+    pub(crate) fn set_waker(&mut self, position: usize, waker: &Waker) {
+        if let Some(entry) = self.queue.get_mut(position) {
+            if !entry.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                entry.waker = Some(waker.clone());
             }
         }
     }
 
-    fn front_turn(&mut self, now: u64) -> Step {
-        let (permits, not_before) = match self.queue.front() {
-            Some(front) => (front.permits, front.not_before),
-            None => {
-                return Step {
-                    turn: Poll::Pending,
-                    wake: None,
-                }
-            }
+    /// When the front call may go, given that its permits are free at
+    /// `earliest`: then, or with jitter, up to the bound later. The extra
+    /// wait is drawn once, the first time the call has to wait for time.
+    pub(crate) fn front_due(&mut self, earliest: u64, now: u64) -> u64 {
+        let Some(front) = self.queue.front_mut() else {
+            return earliest;
         };
-        let earliest = self.schedule.earliest(now, permits);
-        let mut due = earliest.max(not_before.unwrap_or(0));
-        if earliest > now && not_before.is_none() && self.jitter.is_active() {
-            due = earliest.saturating_add(self.jitter.draw());
-            if let Some(front) = self.queue.front_mut() {
+        match front.not_before {
+            Some(not_before) => earliest.max(not_before),
+            None if earliest > now && self.jitter.is_active() => {
+                let due = earliest.saturating_add(self.jitter.draw());
                 front.not_before = Some(due);
+                due
             }
-        }
-        if due > now {
-            return Step {
-                turn: Poll::Ready(Turn::SleepUntil(due)),
-                wake: None,
-            };
-        }
-        self.schedule.record(now, permits);
-        self.queue.pop_front();
-        Step {
-            turn: Poll::Ready(Turn::Granted),
-            wake: self.queue.front_mut().and_then(|next| next.waker.take()),
+            None => earliest,
         }
     }
 
-    /// The call holding `ticket` leaves without its permits (its future was
-    /// dropped). Returns the new front's waker when it was at the front.
-    pub(crate) fn leave(&mut self, ticket: u64) -> Option<Waker> {
-        let i = self.position(ticket)?;
-        self.queue.remove(i);
-        if i == 0 {
+    /// The call at `position` leaves the line; when it was at the front,
+    /// the new front's waker, to wake once the lock is released.
+    pub(crate) fn leave(&mut self, position: usize) -> Option<Waker> {
+        self.queue.remove(position);
+        if position == 0 {
             self.queue.front_mut().and_then(|next| next.waker.take())
         } else {
             None
         }
     }
-
-    /// How many calls are waiting.
-    pub(crate) fn waiting(&self) -> usize {
-        self.queue.len()
-    }
-
-    fn position(&self, ticket: u64) -> Option<usize> {
-        self.queue
-            .binary_search_by_key(&ticket, |entry| entry.ticket)
-            .ok()
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::Wake;
-
-    use tollgate_core::Rate;
+    use std::time::Duration;
 
     use super::*;
     use crate::waiter::jitter::Jitter;
-    use crate::waiter::GcraSchedule;
 
-    const MS: u64 = 1_000_000;
-
-    /// Counts its wake-ups.
-    #[derive(Default)]
-    struct Counter(AtomicUsize);
-
-    impl Wake for Counter {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    /// 10 per second, bursts of 1: one permit every 100 ms.
-    fn line() -> Line<GcraSchedule> {
-        let schedule = GcraSchedule::with_burst(Rate::per_second(10).unwrap(), 1).unwrap();
-        Line::new(schedule, JitterSource::new(Jitter::NONE))
-    }
-
-    fn queued(arrival: Arrival) -> u64 {
-        match arrival {
-            Arrival::Queued(ticket) => ticket,
-            Arrival::Granted => panic!("expected to wait"),
-        }
+    fn line() -> Line {
+        Line::new(JitterSource::new(Jitter::NONE))
     }
 
     #[test]
-    fn an_empty_line_grants_free_permits_at_once() {
+    fn calls_stand_in_arrival_order_and_leave_from_anywhere() {
         let mut line = line();
-        assert_eq!(line.arrive(0, 1), Arrival::Granted);
-        assert_eq!(line.waiting(), 0);
+        let tickets: Vec<u64> = (0..4).map(|_| line.join()).collect();
+        assert_eq!(line.position(tickets[2]), Some(2));
+        assert!(line.leave(1).is_none());
+        assert_eq!(line.position(tickets[1]), None);
+        assert_eq!(line.position(tickets[2]), Some(1));
+        assert_eq!(line.len(), 3);
     }
 
     #[test]
-    fn the_front_sleeps_until_its_permits_are_free_and_wakes_the_next() {
+    fn leaving_the_front_hands_over_the_next_waker() {
         let mut line = line();
-        line.arrive(0, 1);
-        let first = queued(line.arrive(0, 1));
-        let second = queued(line.arrive(0, 1));
-        let counter = Arc::new(Counter::default());
-        let waker = Waker::from(Arc::clone(&counter));
-        let step = line.poll_turn(second, 1, 0, &waker);
-        assert_eq!(step.turn, Poll::Pending);
-        let step = line.poll_turn(first, 1, 0, &waker);
-        assert_eq!(step.turn, Poll::Ready(Turn::SleepUntil(100 * MS)));
-        let step = line.poll_turn(first, 1, 100 * MS, &waker);
-        assert_eq!(step.turn, Poll::Ready(Turn::Granted));
-        step.wake.expect("the next call is woken").wake();
-        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
-        let step = line.poll_turn(second, 1, 100 * MS, &waker);
-        assert_eq!(step.turn, Poll::Ready(Turn::SleepUntil(200 * MS)));
-    }
-
-    #[test]
-    fn a_call_arriving_behind_others_waits_even_when_permits_are_free() {
-        let mut line = line();
-        line.arrive(0, 1);
-        let first = queued(line.arrive(0, 1));
-        // At 100 ms a permit is free, but the first call has not gone yet.
-        queued(line.arrive(100 * MS, 1));
-        let step = line.poll_turn(first, 1, 100 * MS, Waker::noop());
-        assert_eq!(step.turn, Poll::Ready(Turn::Granted));
-    }
-
-    #[test]
-    fn leaving_the_front_wakes_the_next_and_takes_nothing() {
-        let mut line = line();
-        line.arrive(0, 1);
-        let first = queued(line.arrive(0, 1));
-        let second = queued(line.arrive(0, 1));
-        let counter = Arc::new(Counter::default());
-        line.poll_turn(second, 1, 0, &Waker::from(Arc::clone(&counter)));
-        line.leave(first).expect("the next call is woken").wake();
-        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
-        let step = line.poll_turn(second, 1, 100 * MS, Waker::noop());
-        assert_eq!(step.turn, Poll::Ready(Turn::Granted));
-        assert_eq!(line.waiting(), 0);
-    }
-
-    #[test]
-    fn leaving_from_behind_wakes_nobody() {
-        let mut line = line();
-        line.arrive(0, 1);
-        let first = queued(line.arrive(0, 1));
-        let second = queued(line.arrive(0, 1));
-        assert!(line.leave(second).is_none());
-        assert!(line.leave(second).is_none());
-        assert_eq!(line.waiting(), 1);
-        assert_eq!(
-            line.poll_turn(first, 1, 100 * MS, Waker::noop()).turn,
-            Poll::Ready(Turn::Granted)
-        );
+        line.join();
+        line.join();
+        line.set_waker(1, Waker::noop());
+        assert!(line.leave(0).is_some());
+        assert!(line.leave(0).is_none());
+        assert!(line.is_empty());
     }
 
     #[test]
     fn jitter_is_drawn_once_and_only_when_the_front_must_wait() {
-        let schedule = GcraSchedule::with_burst(Rate::per_second(10).unwrap(), 1).unwrap();
-        let jitter = Jitter::up_to(std::time::Duration::from_millis(50)).with_seed(3);
-        let mut line = Line::new(schedule, JitterSource::new(jitter));
+        let jitter = Jitter::up_to(Duration::from_nanos(50)).with_seed(3);
+        let mut line = Line::new(JitterSource::new(jitter));
         let mut draws = JitterSource::new(jitter);
-        assert_eq!(line.arrive(0, 1), Arrival::Granted);
-        let first = queued(line.arrive(0, 1));
-        let due = 100 * MS + draws.draw();
-        for _ in 0..3 {
-            let step = line.poll_turn(first, 1, 10 * MS, Waker::noop());
-            assert_eq!(step.turn, Poll::Ready(Turn::SleepUntil(due)));
-        }
-        let step = line.poll_turn(first, 1, due, Waker::noop());
-        assert_eq!(step.turn, Poll::Ready(Turn::Granted));
-        // Free on reaching the front: no jitter.
-        let second = queued(line.arrive(due, 1));
-        let step = line.poll_turn(second, 1, due + 100 * MS, Waker::noop());
-        assert_eq!(step.turn, Poll::Ready(Turn::Granted));
+        line.join();
+        // Free already: no jitter.
+        assert_eq!(line.front_due(100, 100), 100);
+        let due = 200 + draws.draw();
+        assert_eq!(line.front_due(200, 100), due);
+        // The clock moved on: the draw stays.
+        assert_eq!(line.front_due(150, 150), due);
+        assert_eq!(line.front_due(due + 5, due + 5), due + 5);
     }
 }

@@ -1,18 +1,17 @@
 //! In-process waiters: make calls wait, asynchronously or by blocking, until
 //! a rate limit allows them.
 //!
-//! A [`Waiter`] pairs a [`Schedule`] (the pacing rule) with a
-//! [`WaitClock`] (time to read and sleep on) and a line of waiting calls:
+//! Two waiters, each a pacing rule, a line of waiting calls and a
+//! [`WaitClock`] (time to read and sleep on; [`RealClock`] unless told
+//! otherwise):
 //!
 //! - [`RingWaiter`]: exactly `N` per interval, the ring of timestamps of
-//!   Shopify's `limiter` gem, optionally with a balanced start (see
-//!   [`RingSchedule`]).
+//!   Shopify's `limiter` gem, optionally with a balanced start.
 //! - [`GcraWaiter`]: `N` per `P` evenly, with bursts up to `burst`, by the
-//!   core's GCRA (see [`GcraSchedule`]).
+//!   core's GCRA.
 //!
-//! Each offers [`until_ready`](Waiter::until_ready) and
-//! [`until_n_ready`](Waiter::until_n_ready) to `.await`, and
-//! [`wait`](Waiter::wait) and [`wait_n`](Waiter::wait_n) to block a thread.
+//! Each offers `until_ready()` and `until_n_ready(n)` to `.await`, and
+//! `wait()` and `wait_n(n)` to block a thread.
 //!
 //! # Guarantees
 //!
@@ -22,6 +21,10 @@
 //! - **First come, first served.** Calls go in the order they arrive (a
 //!   future arrives when first polled). A call for several permits is not
 //!   overtaken by later calls for fewer, even when those would fit sooner.
+//! - **Cheap when nothing waits.** A call whose permits are free and that
+//!   finds nobody waiting takes them with a clock reading and one atomic
+//!   compare-and-swap, without a lock, as governor's `until_ready` does (see
+//!   `docs/benchmarks.md`).
 //! - **Cancellation-safe.** A waiting call has booked nothing: only the call
 //!   at the front of the line computes its instant, and its permits are
 //!   recorded when it goes. Dropping an `until_ready()` future (a timeout, a
@@ -50,6 +53,7 @@
 //! This module owns in-process pacing; it knows nothing of HTTP or of the
 //! tollgate service.
 
+mod engine;
 mod error;
 mod gcra;
 mod jitter;
@@ -57,36 +61,29 @@ mod line;
 mod ring;
 mod schedule;
 
-use std::future::poll_fn;
-use std::sync::Arc;
-use std::task::{Poll, Wake, Waker};
-use std::thread::Thread;
+use std::future::Future;
 
-use parking_lot::Mutex;
 use tollgate_core::Rate;
 
 pub use error::{TooManyPermits, WaiterError};
-pub use gcra::GcraSchedule;
 pub use jitter::Jitter;
-pub use ring::{RingSchedule, MAX_RING};
-pub use schedule::Schedule;
+pub use ring::MAX_RING;
 
-use crate::clock::{TokioClock, WaitClock};
-use jitter::JitterSource;
-use line::{Arrival, Line, Step, Turn};
-
-/// Makes calls wait until `S` allows them, reading and sleeping on `C`.
-///
-/// Share it between tasks or threads by reference or in an [`Arc`]. See the
-/// [module docs](self) for its guarantees.
-#[derive(Debug)]
-pub struct Waiter<S, C = TokioClock> {
-    line: Mutex<Line<S>>,
-    clock: C,
-    capacity: u64,
-}
+use crate::clock::{RealClock, WaitClock};
+use engine::Engine;
+use gcra::GcraSchedule;
+use ring::RingSchedule;
 
 /// Exactly `N` per interval: Shopify's ring of timestamps.
+///
+/// A call may go once the oldest of the last `N` permits is one interval
+/// old, so no span `(t − P, t]` ever holds more than `N` permits and each
+/// call goes at the earliest instant that keeps it so. Unbalanced (the
+/// default), the first `N` may go at once. [Balanced](Self::balanced), the
+/// `i`-th of the first `N` (from 0) may go at `s + ⌊i·P/N⌋`, `s` being the
+/// first call's arrival; after that the ring rule alone applies (a waiter
+/// left idle for a whole interval may burst again). It holds one 8-byte slot
+/// per permit of `N`, at most [`MAX_RING`].
 ///
 /// ```
 /// use tollgate_client::clock::{Clock, ManualClock};
@@ -106,9 +103,13 @@ pub struct Waiter<S, C = TokioClock> {
 /// # Ok(())
 /// # }
 /// ```
-pub type RingWaiter<C = TokioClock> = Waiter<RingSchedule, C>;
+#[derive(Debug)]
+pub struct RingWaiter<C = RealClock> {
+    engine: Engine<RingSchedule, C>,
+}
 
-/// `N` per `P` evenly with bursts: the core's GCRA.
+/// `N` per `P` evenly, with bursts of up to `burst`: the core's GCRA (the
+/// decisions of its `gcra` and `token_bucket` algorithms).
 ///
 /// ```
 /// use tollgate_client::clock::{Clock, ManualClock};
@@ -124,237 +125,116 @@ pub type RingWaiter<C = TokioClock> = Waiter<RingSchedule, C>;
 /// assert_eq!(at_ms, [0, 0, 250, 500, 750]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub type GcraWaiter<C = TokioClock> = Waiter<GcraSchedule, C>;
+#[derive(Debug)]
+pub struct GcraWaiter<C = RealClock> {
+    engine: Engine<GcraSchedule, C>,
+}
 
 impl RingWaiter {
     /// At most `rate.limit()` calls in any span of `rate.period()`, the first
     /// `N` at once; on real time.
     pub fn new(rate: Rate) -> Result<Self, WaiterError> {
-        Ok(Waiter::from_schedule(
-            RingSchedule::new(rate)?,
-            TokioClock::new(),
-        ))
+        let engine = Engine::new(RingSchedule::new(rate, false)?, RealClock::new());
+        Ok(RingWaiter { engine })
     }
 
     /// Like [`new`](Self::new), with the first `N` calls spread evenly over
     /// the first interval.
     pub fn balanced(rate: Rate) -> Result<Self, WaiterError> {
-        Ok(Waiter::from_schedule(
-            RingSchedule::balanced(rate)?,
-            TokioClock::new(),
-        ))
+        let engine = Engine::new(RingSchedule::new(rate, true)?, RealClock::new());
+        Ok(RingWaiter { engine })
+    }
+}
+
+impl<C: WaitClock> RingWaiter<C> {
+    /// Whether the first `N` calls are spread over the first interval.
+    pub fn is_balanced(&self) -> bool {
+        self.engine.schedule().is_balanced()
     }
 }
 
 impl GcraWaiter {
     /// `rate`, with bursts of up to `rate.limit()`; on real time.
     pub fn new(rate: Rate) -> Result<Self, WaiterError> {
-        Ok(Waiter::from_schedule(
-            GcraSchedule::new(rate)?,
-            TokioClock::new(),
-        ))
+        Self::with_burst(rate, rate.limit())
     }
 
     /// `rate`, with bursts of up to `burst` (at least 1); on real time.
     pub fn with_burst(rate: Rate, burst: u64) -> Result<Self, WaiterError> {
-        Ok(Waiter::from_schedule(
-            GcraSchedule::with_burst(rate, burst)?,
-            TokioClock::new(),
-        ))
+        let engine = Engine::new(GcraSchedule::new(rate, burst)?, RealClock::new());
+        Ok(GcraWaiter { engine })
     }
 }
 
-impl<S: Schedule, C: WaitClock> Waiter<S, C> {
-    /// A waiter applying `schedule` on `clock`, without jitter.
-    pub fn from_schedule(schedule: S, clock: C) -> Self {
-        Waiter {
-            capacity: schedule.capacity(),
-            line: Mutex::new(Line::new(schedule, JitterSource::new(Jitter::NONE))),
-            clock,
-        }
-    }
-
-    /// The same waiter on another clock (a [`ManualClock`] in tests).
-    ///
-    /// [`ManualClock`]: crate::clock::ManualClock
-    pub fn with_clock<D: WaitClock>(self, clock: D) -> Waiter<S, D> {
-        Waiter {
-            line: self.line,
-            clock,
-            capacity: self.capacity,
-        }
-    }
-
-    /// The same waiter, adding `jitter` to calls that have to wait.
-    pub fn with_jitter(self, jitter: Jitter) -> Self {
-        self.line.lock().set_jitter(JitterSource::new(jitter));
-        self
-    }
-
-    /// The clock the waiter reads and sleeps on.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
-    /// The most permits one call may ask for.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    /// How many calls are waiting in line right now.
-    pub fn waiting(&self) -> usize {
-        self.line.lock().waiting()
-    }
-
-    /// Resolves when one permit is granted. Cancellation-safe: dropping the
-    /// future gives up its place in line and takes nothing.
-    pub async fn until_ready(&self) {
-        self.acquire(1).await;
-    }
-
-    /// Resolves when `n` permits are granted together (at once when `n` is
-    /// 0); an error, at once, when `n` is more than
-    /// [`capacity`](Self::capacity). Cancellation-safe like
-    /// [`until_ready`](Self::until_ready).
-    pub async fn until_n_ready(&self, n: u64) -> Result<(), TooManyPermits> {
-        self.validate(n)?;
-        if n > 0 {
-            self.acquire(n).await;
-        }
-        Ok(())
-    }
-
-    /// Blocks the thread until one permit is granted.
-    pub fn wait(&self) {
-        self.acquire_blocking(1);
-    }
-
-    /// Blocks the thread until `n` permits are granted together (returns at
-    /// once when `n` is 0); an error, at once, when `n` is more than
-    /// [`capacity`](Self::capacity).
-    pub fn wait_n(&self, n: u64) -> Result<(), TooManyPermits> {
-        self.validate(n)?;
-        if n > 0 {
-            self.acquire_blocking(n);
-        }
-        Ok(())
-    }
-
-    fn validate(&self, n: u64) -> Result<(), TooManyPermits> {
-        if n > self.capacity {
-            return Err(TooManyPermits {
-                requested: n,
-                capacity: self.capacity,
-            });
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn arrive(&self, n: u64) -> Option<Place<'_, S>> {
-        let now = self.clock.now();
-        let arrival = self.line.lock().arrive(now, n);
-        match arrival {
-            Arrival::Granted => None,
-            Arrival::Queued(ticket) => Some(Place {
-                line: &self.line,
-                ticket,
-                permits: n,
-                granted: false,
-            }),
-        }
-    }
-
-    async fn acquire(&self, n: u64) {
-        if let Some(place) = self.arrive(n) {
-            self.wait_in_line(place).await;
-        }
-    }
-
-    async fn wait_in_line(&self, mut place: Place<'_, S>) {
-        loop {
-            let turn = poll_fn(|cx| {
-                let step = place.poll_turn(self.clock.now(), cx.waker());
-                wake(step.wake);
-                step.turn
-            })
-            .await;
-            match turn {
-                Turn::Granted => {
-                    place.granted = true;
-                    return;
+/// The methods both waiters share.
+macro_rules! waiter_methods {
+    ($waiter:ident) => {
+        impl<C: WaitClock> $waiter<C> {
+            /// The same waiter on another clock (a
+            /// [`ManualClock`](crate::clock::ManualClock) in tests, a
+            /// [`TokioClock`](crate::clock::TokioClock) to follow tokio's
+            /// paused time).
+            pub fn with_clock<D: WaitClock>(self, clock: D) -> $waiter<D> {
+                $waiter {
+                    engine: self.engine.with_clock(clock),
                 }
-                Turn::SleepUntil(deadline) => self.clock.sleep_until(deadline).await,
+            }
+
+            /// The same waiter, adding `jitter` to calls that have to wait.
+            pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+                self.engine.set_jitter(jitter);
+                self
+            }
+
+            /// Resolves when one permit is granted. Cancellation-safe:
+            /// dropping the future gives up its place in line and takes
+            /// nothing.
+            pub fn until_ready(&self) -> impl Future<Output = ()> + Send + '_ {
+                self.engine.until_ready()
+            }
+
+            /// Resolves when `n` permits are granted together (at once when
+            /// `n` is 0); an error, at once, when `n` is more than
+            /// [`capacity`](Self::capacity). Cancellation-safe like
+            /// [`until_ready`](Self::until_ready).
+            pub fn until_n_ready(
+                &self,
+                n: u64,
+            ) -> impl Future<Output = Result<(), TooManyPermits>> + Send + '_ {
+                self.engine.until_n_ready(n)
+            }
+
+            /// Blocks the thread until one permit is granted.
+            pub fn wait(&self) {
+                // One permit is always within capacity.
+                let _ = self.engine.wait_n(1);
+            }
+
+            /// Blocks the thread until `n` permits are granted together
+            /// (returns at once when `n` is 0); an error, at once, when `n`
+            /// is more than [`capacity`](Self::capacity).
+            pub fn wait_n(&self, n: u64) -> Result<(), TooManyPermits> {
+                self.engine.wait_n(n)
+            }
+
+            /// The most permits one call may ask for: `N` for a ring, the
+            /// burst for GCRA.
+            pub fn capacity(&self) -> u64 {
+                self.engine.capacity()
+            }
+
+            /// How many calls are waiting in line right now.
+            pub fn waiting(&self) -> usize {
+                self.engine.waiting()
+            }
+
+            /// The clock the waiter reads and sleeps on.
+            pub fn clock(&self) -> &C {
+                self.engine.clock()
             }
         }
-    }
-
-    fn acquire_blocking(&self, n: u64) {
-        let Some(mut place) = self.arrive(n) else {
-            return;
-        };
-        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-        loop {
-            let step = place.poll_turn(self.clock.now(), &waker);
-            wake(step.wake);
-            match step.turn {
-                Poll::Ready(Turn::Granted) => {
-                    place.granted = true;
-                    return;
-                }
-                Poll::Ready(Turn::SleepUntil(deadline)) => {
-                    self.clock.sleep_blocking_until(deadline)
-                }
-                // Woken (unparked) when the call reaches the front; a
-                // spurious wake-up just asks again.
-                Poll::Pending => std::thread::park(),
-            }
-        }
-    }
+    };
 }
 
-/// A call's place in line; dropping it before the call is granted leaves
-/// the line, waking the next call when this one was at the front.
-struct Place<'a, S: Schedule> {
-    line: &'a Mutex<Line<S>>,
-    ticket: u64,
-    permits: u64,
-    granted: bool,
-}
-
-impl<S: Schedule> Place<'_, S> {
-    fn poll_turn(&self, now: u64, waker: &Waker) -> Step {
-        self.line
-            .lock()
-            .poll_turn(self.ticket, self.permits, now, waker)
-    }
-}
-
-impl<S: Schedule> Drop for Place<'_, S> {
-    fn drop(&mut self) {
-        if !self.granted {
-            let next = self.line.lock().leave(self.ticket);
-            wake(next);
-        }
-    }
-}
-
-/// Wakes a call outside the line's lock.
-fn wake(waker: Option<Waker>) {
-    if let Some(waker) = waker {
-        waker.wake();
-    }
-}
-
-/// Wakes a thread blocked in [`Waiter::wait_n`].
-struct ThreadWaker(Thread);
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
+waiter_methods!(RingWaiter);
+waiter_methods!(GcraWaiter);

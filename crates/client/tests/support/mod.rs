@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use tollgate_client::clock::{Clock, ManualClock};
-use tollgate_client::waiter::{Schedule, TooManyPermits, Waiter};
+use tollgate_client::waiter::{GcraWaiter, RingWaiter, TooManyPermits};
 
 pub(crate) const MS: u64 = 1_000_000;
 pub(crate) const SEC: u64 = 1_000_000_000;
@@ -74,19 +74,73 @@ impl<'a, T> Task<'a, T> {
     }
 }
 
+/// A waiter on a manual clock, as the driver sees it.
+pub(crate) trait Paced {
+    fn until_n(&self, n: u64) -> Pin<Box<dyn Future<Output = Result<(), TooManyPermits>> + '_>>;
+    fn manual_clock(&self) -> &ManualClock;
+    fn waiting_now(&self) -> usize;
+    /// Polls a call for one permit once, dropping it if it must wait:
+    /// whether it got its permit.
+    fn poll_once(&self) -> bool;
+}
+
+/// Polls `future` once on the stack (no allocation): whether it finished.
+pub(crate) fn ready_at_once<F: Future>(future: F) -> bool {
+    let future = std::pin::pin!(future);
+    future
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready()
+}
+
+impl Paced for RingWaiter<ManualClock> {
+    fn until_n(&self, n: u64) -> Pin<Box<dyn Future<Output = Result<(), TooManyPermits>> + '_>> {
+        Box::pin(self.until_n_ready(n))
+    }
+
+    fn manual_clock(&self) -> &ManualClock {
+        self.clock()
+    }
+
+    fn waiting_now(&self) -> usize {
+        self.waiting()
+    }
+
+    fn poll_once(&self) -> bool {
+        ready_at_once(self.until_ready())
+    }
+}
+
+impl Paced for GcraWaiter<ManualClock> {
+    fn until_n(&self, n: u64) -> Pin<Box<dyn Future<Output = Result<(), TooManyPermits>> + '_>> {
+        Box::pin(self.until_n_ready(n))
+    }
+
+    fn manual_clock(&self) -> &ManualClock {
+        self.clock()
+    }
+
+    fn waiting_now(&self) -> usize {
+        self.waiting()
+    }
+
+    fn poll_once(&self) -> bool {
+        ready_at_once(self.until_ready())
+    }
+}
+
 /// Runs `calls` (in arrival order) against `waiter`: each call's future is
 /// first polled at its arrival, every future is polled again only when woken,
 /// and time jumps to the next arrival or the next sleeper's deadline. Returns
 /// each call's release instant. Panics when calls wait and nothing will ever
 /// wake them.
-pub(crate) fn run<S: Schedule>(waiter: &Waiter<S, ManualClock>, calls: &[Call]) -> Vec<u64> {
-    let clock = waiter.clock();
+pub(crate) fn run(waiter: &impl Paced, calls: &[Call]) -> Vec<u64> {
+    let clock = waiter.manual_clock();
     let mut released = vec![u64::MAX; calls.len()];
     let mut tasks: Vec<(usize, Task<'_, Result<(), TooManyPermits>>)> = Vec::new();
     let mut next = 0;
     loop {
         while next < calls.len() && calls[next].arrival <= clock.now() {
-            tasks.push((next, Task::new(waiter.until_n_ready(calls[next].permits))));
+            tasks.push((next, Task::new(waiter.until_n(calls[next].permits))));
             next += 1;
         }
         let mut quiet = false;
@@ -239,50 +293,6 @@ pub(crate) fn grants(released: &[u64], calls: &[Call]) -> Vec<(u64, u64)> {
         .zip(calls)
         .map(|(&at, c)| (at, c.permits))
         .collect()
-}
-
-/// Recordings `(instant, permits)`, in order.
-pub(crate) type Log = Arc<std::sync::Mutex<Vec<(u64, u64)>>>;
-
-/// A schedule that logs every recording `(instant, permits)` of the one it
-/// wraps, so a test sees exactly when permits were counted.
-pub(crate) struct Recording<S> {
-    inner: S,
-    log: Log,
-}
-
-impl<S: Schedule> Recording<S> {
-    pub(crate) fn new(inner: S) -> (Self, Log) {
-        let log = Arc::default();
-        let recording = Recording {
-            inner,
-            log: Arc::clone(&log),
-        };
-        (recording, log)
-    }
-}
-
-impl<S: Schedule> Schedule for Recording<S> {
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-
-    fn earliest(&self, now: u64, n: u64) -> u64 {
-        self.inner.earliest(now, n)
-    }
-
-    fn record(&mut self, at: u64, n: u64) {
-        self.inner.record(at, n);
-        self.log.lock().unwrap().push((at, n));
-    }
-
-    fn try_record(&mut self, now: u64, n: u64) -> bool {
-        let recorded = self.inner.try_record(now, n);
-        if recorded {
-            self.log.lock().unwrap().push((now, n));
-        }
-        recorded
-    }
 }
 
 /// Spins (yielding, never sleeping) until `done` holds; panics if it never
