@@ -40,3 +40,7 @@
 
 pub mod clock;
 pub mod waiter;
+/// The guide in `docs/client.md`, whose examples run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/client.md")]
+pub struct ClientGuide;
