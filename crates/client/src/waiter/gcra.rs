@@ -129,7 +129,7 @@ impl Schedule for GcraSchedule {
         self.gcra.capacity()
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_take(&self, now: u64, n: u64) -> Attempt {
         let mut word = self.word.load(Acquire);
         loop {

@@ -187,6 +187,40 @@ impl RingSchedule {
         }
     }
 
+    /// [`try_take`](Schedule::try_take) for one permit, the common case,
+    /// with each step done once.
+    #[inline(always)]
+    fn try_take_one(&self, now: u64) -> Attempt {
+        let mut word = self.head.load(Acquire);
+        loop {
+            if word & WAITING != 0 {
+                return Attempt::Closed;
+            }
+            let head = Head::decode(word);
+            let slot = self.slot(head);
+            let slot_word = slot.load(Acquire);
+            if slot_word >> TAG_SHIFT != head.previous_tag() {
+                return Attempt::Busy;
+            }
+            let at = self.since_origin(now);
+            if slot_word & TIME_MASK > at {
+                return Attempt::Busy;
+            }
+            let next = head.plus(1, self.len());
+            match self
+                .head
+                .compare_exchange_weak(word, next.encode(), AcqRel, Acquire)
+            {
+                Ok(_) => {
+                    let free = at.saturating_add(self.period).min(NEVER - 1);
+                    slot.store(head.slot_word(free), Release);
+                    return Attempt::Taken;
+                }
+                Err(current) => word = current,
+            }
+        }
+    }
+
     /// Waits until the previous lap's write to the slot at `at` is in
     /// place (a call that claimed it on the fast path is between its claim
     /// and its write), and returns the slot's time.
@@ -208,8 +242,11 @@ impl Schedule for RingSchedule {
         self.len()
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_take(&self, now: u64, n: u64) -> Attempt {
+        if n == 1 {
+            return self.try_take_one(now);
+        }
         let len = self.len();
         let mut word = self.head.load(Acquire);
         loop {
