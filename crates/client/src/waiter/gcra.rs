@@ -82,6 +82,18 @@ impl GcraSchedule {
         self.origin_low.store(origin as u64, Relaxed);
     }
 
+    /// Whether the arrival time in `word`, brought up to `now`, sits in the
+    /// lower half of what the word holds (no re-basing needed).
+    fn fits(&self, word: u64, now: u64) -> bool {
+        let origin = self.origin();
+        let mut state = GcraState::from_tat(origin + u128::from(word & RELATIVE));
+        self.gcra.commit(&mut state, now, 0);
+        state
+            .tat()
+            .checked_sub(origin)
+            .is_some_and(|relative| relative <= u128::from(RELATIVE / 2))
+    }
+
     /// The state with the line locked (nothing else writes it then).
     fn held_state(&self) -> GcraState {
         let relative = if self.slow_only {
@@ -172,26 +184,19 @@ impl Schedule for GcraSchedule {
     }
 
     fn maintain(&self, _held: &Line, now: u64) {
-        if self.slow_only {
+        if self.slow_only || self.fits(self.word.load(Acquire), now) {
             return;
         }
-        // Re-base when the arrival time, brought up to now, sits in the
-        // upper half of what the word holds.
-        let word = self.word.load(Acquire);
-        let origin = self.origin();
-        let mut state = GcraState::from_tat(origin + u128::from(word & RELATIVE));
+        // Close the fast path first and work from the word as it was then:
+        // a swap that landed after our first look is in it.
+        let word = self.word.fetch_or(WAITING, AcqRel);
+        let mut state = GcraState::from_tat(self.origin() + u128::from(word & RELATIVE));
+        // An arrival time behind now counts as now: re-based on
+        // `max(tat, now)`, the state means the same.
         self.gcra.commit(&mut state, now, 0);
-        let fits = state
-            .tat()
-            .checked_sub(origin)
-            .is_some_and(|r| r <= u128::from(RELATIVE / 2));
-        if !fits {
-            self.word.fetch_or(WAITING, AcqRel);
-            // An arrival time behind now counts as now: re-based on
-            // `max(tat, now)`, the state means the same.
-            self.set_origin(state.tat());
-            self.word.store((word ^ GENERATION) & GENERATION, Release);
-        }
+        self.set_origin(state.tat());
+        // The line is empty: reopen, in a new generation.
+        self.word.store((word ^ GENERATION) & GENERATION, Release);
     }
 
     fn set_waiting(&self, _held: &Line, waiting: bool) {
