@@ -32,6 +32,22 @@ pub struct GcraState {
     tat: u128,
 }
 
+impl GcraState {
+    /// The state whose theoretical arrival time is `tat`, a value read from
+    /// [`tat`](Self::tat) of a state of the same [`Gcra`]: for callers that
+    /// keep the state in storage of their own (a pair of atomic words).
+    pub fn from_tat(tat: u128) -> Self {
+        GcraState { tat }
+    }
+
+    /// The theoretical arrival time, in the algorithm's internal units
+    /// (`1/N` ns since the epoch, `N` reduced with the period); meaningful
+    /// only to the same [`Gcra`], through [`from_tat`](Self::from_tat).
+    pub fn tat(&self) -> u128 {
+        self.tat
+    }
+}
+
 impl Gcra {
     /// GCRA admitting `rate`, with up to `burst` requests at once.
     pub fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
@@ -127,5 +143,23 @@ impl StateCodec for Gcra {
 
     fn decode_state(&self, input: &mut Reader<'_>) -> Option<GcraState> {
         Some(GcraState { tat: input.u128()? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_round_trips_through_its_tat() {
+        let gcra = Gcra::new(Rate::per_second(3).unwrap(), 2).unwrap();
+        let mut state = gcra.new_state();
+        gcra.commit(&mut state, 1_000, 1);
+        let copy = GcraState::from_tat(state.tat());
+        assert_eq!(copy, state);
+        assert_eq!(
+            gcra.evaluate(&copy, 1_000, 1),
+            gcra.evaluate(&state, 1_000, 1)
+        );
     }
 }

@@ -1,0 +1,46 @@
+//! Pacing for programs that call other people's rate-limited APIs.
+//!
+//! Where the rest of tollgate decides whether to admit requests (a server
+//! protecting itself), this crate is for the caller: a program that must stay
+//! under a provider's quota makes each call wait until the limit allows it.
+//! It owns the caller's side of rate limiting: when a call may go, how it
+//! waits, and in what order waiting calls go. It decides nothing for servers;
+//! the algorithms it paces by come from `tollgate-core`.
+//!
+//! # Layout
+//!
+//! - [`waiter`]: in-process waiters, a ring of timestamps (exactly `N` per
+//!   interval, as Shopify's `limiter` gem) and a GCRA waiter, with
+//!   `until_ready().await`, `until_n_ready(n)`, blocking `wait()`, optional
+//!   jitter, first-come-first-served order and cancellation safety.
+//! - [`clock`]: the time waiters read and sleep on: tokio's clock, or a
+//!   manual clock for exact tests without real sleeping.
+//!
+//! Planned beside them (issue 7): a remote pacer that books slots on the
+//! tollgate service (`POST /v1/reserve`) so many processes share one limit, a
+//! reactive layer that slows down on a remote API's `429`, `Retry-After` and
+//! `RateLimit` headers, and the `tollgate pace` command.
+//!
+//! # Example
+//!
+//! ```
+//! use tollgate_client::waiter::RingWaiter;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // At most 5 calls in any second.
+//! let waiter = RingWaiter::new("5/s".parse()?)?;
+//! for _ in 0..5 {
+//!     waiter.until_ready().await;
+//!     // call the API
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod clock;
+pub mod waiter;
+/// The guide in `docs/client.md`, whose examples run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/client.md")]
+pub struct ClientGuide;
