@@ -205,3 +205,82 @@ fn local_counts_in_memory_while_redis_is_down() {
         assert!(degraded(&body));
     });
 }
+
+/// The Envoy gRPC API follows the same policy: `UNAVAILABLE` under
+/// `fail_closed`, an `OK` answer under `fail_open`.
+#[test]
+fn grpc_follows_the_store_error_policy() {
+    use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use tollgate_server::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+
+    let mut redis = RedisServer::start();
+    let rules = tempfile::tempdir().unwrap();
+    let path = rules.path().join("rules.yaml");
+    support::write(
+        &path,
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 3\n",
+    );
+    let path = path.to_str().unwrap();
+    let closed = serve_on(&redis, &["--rules", path, "--store-timeout-ms", "200"]);
+    let open = serve_on(
+        &redis,
+        &[
+            "--rules",
+            path,
+            "--store-timeout-ms",
+            "200",
+            "--on-store-error",
+            "fail_open",
+        ],
+    );
+    let request = || RateLimitRequest {
+        domain: "api".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: "u".into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut closed_client = RateLimitServiceClient::connect(closed.grpc.clone())
+            .await
+            .unwrap();
+        let mut open_client = RateLimitServiceClient::connect(open.grpc.clone())
+            .await
+            .unwrap();
+        let answer = closed_client
+            .should_rate_limit(request())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        redis.kill();
+        let started = Instant::now();
+        let status = closed_client
+            .should_rate_limit(request())
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let answer = open_client
+            .should_rate_limit(request())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+    });
+}
