@@ -69,11 +69,19 @@ fn decisions_and_rules_go_through_redis() {
 fn three_instances_on_one_redis_never_admit_more_than_the_limit() {
     let redis = RedisServer::start();
     let servers: Vec<Server> = (0..3).map(|_| serve_on(&redis, &[])).collect();
+    // Every algorithm whose limit is an exact count over the run.
     let limits = [
         json!({"algorithm": "gcra", "rate": "37/hour"}),
         json!({"algorithm": "gcra", "rate": "10/hour", "burst": 25}),
+        json!({"algorithm": "token_bucket", "rate": "41/hour"}),
+        json!({"algorithm": "sliding_window_log", "rate": "29/hour"}),
+        json!({"algorithm": "fixed_window", "rate": "33/day"}),
+        json!({"algorithm": "concurrency", "rate": "17/s"}),
     ];
-    for (round, limit) in limits.iter().enumerate() {
+    // (A day's fixed window turns over at midnight UTC; a round takes well
+    // under a second.)
+    let rounds = limits.iter().cycle().take(3 * limits.len()).enumerate();
+    for (round, limit) in rounds {
         let expected = limit["burst"].as_u64().unwrap_or_else(|| {
             limit["rate"]
                 .as_str()
