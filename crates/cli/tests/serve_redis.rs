@@ -292,3 +292,160 @@ fn grpc_follows_the_store_error_policy() {
         assert_eq!(answer.overall_code, Code::Ok as i32);
     });
 }
+
+/// Where the load was when a request started or ended: Redis up, being
+/// killed, down, being restarted, back.
+const UP: u8 = 0;
+const KILLING: u8 = 1;
+const DOWN: u8 = 2;
+const RESTARTING: u8 = 3;
+const BACK: u8 = 4;
+
+/// One answer seen by a load thread.
+struct Answer {
+    started_in: u8,
+    ended_in: u8,
+    status: u16,
+    degraded: bool,
+    code: Option<String>,
+    took: Duration,
+}
+
+/// Polls `ready` (a condition on the load so far, not a fixed pause) until
+/// it holds, failing after 30 s.
+fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Redis dies in the middle of a concurrent load on three instances, one
+/// per policy, and comes back: every request gets an answer within the
+/// bound (requests in flight at the kill included), the answers while it
+/// is down are the policy's, every failure is counted, and decisions come
+/// from Redis again after the restart without restarting tollgate.
+#[test]
+fn redis_killed_under_load_every_policy_answers_in_time_and_recovers() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+    use std::sync::Mutex;
+
+    const THREADS_PER_SERVER: usize = 5;
+    let bound = Duration::from_secs(2);
+    let mut redis = RedisServer::start();
+    let policies = ["fail_closed", "fail_open", "local"];
+    let servers: Vec<Server> = policies
+        .iter()
+        .map(|policy| {
+            serve_on(
+                &redis,
+                &["--on-store-error", policy, "--store-timeout-ms", "200"],
+            )
+        })
+        .collect();
+    // High enough that Redis never rejects: a rejection would be cached
+    // locally and answered without Redis, hiding the outage.
+    let limit = json!({"algorithm": "gcra", "rate": "1000000/s"});
+    let phase = AtomicU8::new(UP);
+    let stop = AtomicBool::new(false);
+    let answers: Vec<Mutex<Vec<Answer>>> = servers.iter().map(|_| Mutex::default()).collect();
+    // Per server: answers that started and ended in DOWN, and answers from
+    // Redis (not degraded) that started in BACK.
+    let down: Vec<AtomicU64> = servers.iter().map(|_| AtomicU64::new(0)).collect();
+    let recovered: Vec<AtomicU64> = servers.iter().map(|_| AtomicU64::new(0)).collect();
+    let up: Vec<AtomicU64> = servers.iter().map(|_| AtomicU64::new(0)).collect();
+
+    std::thread::scope(|scope| {
+        for (i, server) in servers.iter().enumerate() {
+            for thread in 0..THREADS_PER_SERVER {
+                let (phase, stop, limit) = (&phase, &stop, &limit);
+                let (answers, down, recovered, up) = (&answers[i], &down[i], &recovered[i], &up[i]);
+                scope.spawn(move || {
+                    let mut n = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        let key = format!("load{thread}-{}", n % 7);
+                        n += 1;
+                        let started_in = phase.load(Ordering::SeqCst);
+                        let started = Instant::now();
+                        let response =
+                            server.post("/v1/check", &json!({"key": key, "limit": limit}));
+                        let took = started.elapsed();
+                        let ended_in = phase.load(Ordering::SeqCst);
+                        let status = response.status().as_u16();
+                        let body: Value = response.json().unwrap();
+                        let answer = Answer {
+                            started_in,
+                            ended_in,
+                            status,
+                            degraded: degraded(&body),
+                            code: body["error"]["code"].as_str().map(str::to_owned),
+                            took,
+                        };
+                        match (started_in, ended_in) {
+                            (UP, UP) => up.fetch_add(1, Ordering::SeqCst),
+                            (DOWN, DOWN) => down.fetch_add(1, Ordering::SeqCst),
+                            (BACK, BACK) if status == 200 && !answer.degraded => {
+                                recovered.fetch_add(1, Ordering::SeqCst)
+                            }
+                            _ => 0,
+                        };
+                        answers.lock().unwrap().push(answer);
+                    }
+                });
+            }
+        }
+        let all_reach =
+            |counts: &[AtomicU64], n: u64| counts.iter().all(|c| c.load(Ordering::SeqCst) >= n);
+        wait_until("load on Redis", || all_reach(&up, 50));
+        phase.store(KILLING, Ordering::SeqCst);
+        redis.kill();
+        phase.store(DOWN, Ordering::SeqCst);
+        wait_until("load while Redis is down", || all_reach(&down, 50));
+        phase.store(RESTARTING, Ordering::SeqCst);
+        redis.restart();
+        phase.store(BACK, Ordering::SeqCst);
+        wait_until("decisions from Redis again", || all_reach(&recovered, 20));
+        stop.store(true, Ordering::SeqCst);
+    });
+
+    for ((policy, server), answers) in policies.iter().zip(&servers).zip(answers) {
+        let answers = answers.into_inner().unwrap();
+        let slowest = answers.iter().map(|a| a.took).max().unwrap();
+        assert!(slowest < bound, "{policy}: an answer took {slowest:?}");
+        let mut while_down = 0;
+        for a in &answers {
+            let from_redis = a.status == 200 && !a.degraded;
+            let policy_answer = match *policy {
+                "fail_closed" => a.status == 503 && a.code.as_deref() == Some("store_unavailable"),
+                _ => a.status == 200 && a.degraded,
+            };
+            match (a.started_in, a.ended_in) {
+                (UP, UP) => assert!(
+                    from_redis,
+                    "{policy}: {} {:?} after {:?} before the kill",
+                    a.status, a.code, a.took
+                ),
+                (DOWN, DOWN) => {
+                    while_down += 1;
+                    assert!(policy_answer, "{policy}: {} while down", a.status);
+                }
+                // In flight at the kill or the restart, or while
+                // reconnecting: either kind of answer, nothing else.
+                _ => assert!(
+                    from_redis || policy_answer,
+                    "{policy}: {} {:?} around a transition",
+                    a.status,
+                    a.code
+                ),
+            }
+        }
+        let errors = server.metric("tollgate_store_errors_total");
+        assert!(
+            errors >= f64::from(while_down),
+            "{policy}: {errors} store errors counted for {while_down} failed calls"
+        );
+        let ready = server.get("/readyz").json::<Value>().unwrap();
+        assert_eq!(ready["status"], json!("ready"), "{policy}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The Redis store on a real Redis Cluster (three masters started by the
-//! test): multi-limit checks on one slot and across slots, and a key whose
-//! master is killed is decided again once its slots are served again.
+//! test): multi-limit checks on one slot and across slots; a key whose
+//! master is killed is decided again once the master is back, or once its
+//! replica is promoted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -139,4 +140,60 @@ fn checks_work_across_slots_and_survive_a_master_failover() {
         }
     });
     assert!(served[0].allowed);
+}
+
+/// Three masters with a replica each: when a key's master dies, its
+/// replica is promoted and the same store decides again, on the state the
+/// replica received — no restart of the master, no new store.
+#[test]
+fn a_replica_takes_over_when_its_master_dies() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _context = runtime.enter();
+    let store = RedisStore::open(&cluster.url().parse().unwrap(), RedisConfig::default()).unwrap();
+    let per_day = gcra(5);
+    let dave = LimitKey {
+        limit: &per_day,
+        key: b"dave",
+    };
+    runtime.block_on(async {
+        for _ in 0..2 {
+            assert!(store.check(&[dave], Moment::Now, 1).await.unwrap()[0].allowed);
+        }
+    });
+    let master = cluster.master_of(&tag(&store, b"dave"));
+    // Replication is asynchronous: wait until the replica holds the two
+    // counts, so what the promoted replica decides is determined.
+    let acked = cluster.nodes[master].command("WAIT 1 5000").unwrap();
+    assert_eq!(acked.trim(), ":1", "the replica acknowledged the writes");
+    cluster.nodes[master].kill();
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let decision = runtime.block_on(async {
+        loop {
+            let started = Instant::now();
+            let result = store.check(&[dave], Moment::Now, 1).await;
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{:?}",
+                started.elapsed()
+            );
+            if let Ok(d) = result {
+                return d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica never took over: {result:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert!(decision[0].allowed);
+    assert_eq!(decision[0].remaining, 2, "the replica kept the count");
+    let promoted = cluster.master_of(&tag(&store, b"dave"));
+    assert_ne!(promoted, master);
+    assert!(cluster.nodes[promoted].is_running());
 }

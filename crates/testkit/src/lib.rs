@@ -94,6 +94,11 @@ impl RedisServer {
         Some(String::from_utf8_lossy(&reply[..n]).into_owned())
     }
 
+    /// Whether this process is running (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
@@ -168,7 +173,27 @@ impl RedisCluster {
         assert!(status.success(), "redis-cli --cluster create failed");
         let cluster = RedisCluster { nodes };
         cluster.wait_until_ok();
+        cluster.wait_until_replicas_synced();
         cluster
+    }
+
+    /// Waits until every live replica has finished its first sync with its
+    /// master (`master_link_status:up`). A replica that never synced is too
+    /// stale to be promoted when its master dies.
+    pub fn wait_until_replicas_synced(&self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let synced = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                n.command("INFO replication").is_some_and(|info| {
+                    !info.contains("role:slave") || info.contains("master_link_status:up")
+                })
+            });
+            if synced {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the replicas never synced");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits until every live node reports `cluster_state:ok` and knows
