@@ -32,6 +32,45 @@ pub enum Command {
     /// Validate rules files without serving; exits 1 with file:line:reason
     /// on the first error.
     CheckRules(CheckRulesArgs),
+    /// Wait for a slot on a tollgate service, then run a command.
+    ///
+    /// Books the earliest slot for KEY under RATE with `POST /v1/reserve`,
+    /// sleeps until it and runs `CMD ARGS…` in place of itself, so the
+    /// command's exit status is pace's. Many scripts pacing on one KEY
+    /// share the limit. Exits 75 when no slot is free within `--max-wait`,
+    /// 69 when the service cannot be reached or refuses the request, and
+    /// 126/127 when the command cannot be run.
+    Pace(PaceArgs),
+}
+
+/// `tollgate pace`.
+#[derive(Debug, Args)]
+pub struct PaceArgs {
+    /// The tollgate service, `http://host:port`.
+    #[arg(long, env = "TOLLGATE_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// The quota's key, e.g. `github:token-7`.
+    #[arg(long)]
+    pub key: String,
+    /// The limit to stay under, e.g. `100/10s`.
+    #[arg(long)]
+    pub rate: String,
+    /// The algorithm; `sliding_window_log` gives exactly N per window.
+    #[arg(long, default_value = "sliding_window_log")]
+    pub algorithm: String,
+    /// Bucket capacity (token_bucket, gcra, leaky_bucket).
+    #[arg(long)]
+    pub burst: Option<u64>,
+    /// The command's weight.
+    #[arg(long, default_value_t = 1)]
+    pub cost: u64,
+    /// Give up (exit 75, nothing booked) when the slot is further away, e.g.
+    /// `30s`; no bound when absent.
+    #[arg(long)]
+    pub max_wait: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// `tollgate serve`.

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => tollgate_cli::simulate::run(&args),
         Command::Serve(args) => tollgate_cli::serve::run(&args),
         Command::CheckRules(args) => tollgate_cli::check_rules::run(&args),
+        Command::Pace(args) => return tollgate_cli::pace::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

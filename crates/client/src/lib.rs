@@ -15,11 +15,10 @@
 //!   jitter, first-come-first-served order and cancellation safety.
 //! - [`clock`]: the time waiters read and sleep on: tokio's clock, or a
 //!   manual clock for exact tests without real sleeping.
-//!
-//! Planned beside them (issue 7): a remote pacer that books slots on the
-//! tollgate service (`POST /v1/reserve`) so many processes share one limit, a
-//! reactive layer that slows down on a remote API's `429`, `Retry-After` and
-//! `RateLimit` headers, and the `tollgate pace` command.
+//! - [`remote`] (feature `remote`, on by default): pacing through the
+//!   tollgate service, so that many processes share one limit: a pacer that
+//!   books slots with `POST /v1/reserve`, and the Databox pair
+//!   (`/delay`, `/increment`).
 //!
 //! # Example
 //!
@@ -39,6 +38,8 @@
 //! ```
 
 pub mod clock;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod waiter;
 /// The guide in `docs/client.md`, whose examples run as doc tests.
 #[cfg(doctest)]
