@@ -19,6 +19,9 @@
 //!   tollgate service, so that many processes share one limit: a pacer that
 //!   books slots with `POST /v1/reserve`, and the Databox pair
 //!   (`/delay`, `/increment`).
+//! - [`reactive`] (feature `reactive`, on by default): pacing by a
+//!   provider's own answers, its `429`s, `Retry-After` and rate-limit
+//!   headers, adapting a rate when it publishes nothing.
 //!
 //! # Example
 //!
@@ -38,6 +41,8 @@
 //! ```
 
 pub mod clock;
+#[cfg(feature = "reactive")]
+pub mod reactive;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod waiter;

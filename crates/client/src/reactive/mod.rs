@@ -1,0 +1,23 @@
+//! Reacting to a provider's answers: slow down on its `429`s and follow the
+//! numbers its headers publish, with no tollgate service involved.
+//!
+//! - [`Signals`]: what an answer's headers say (`Retry-After`, `RateLimit`
+//!   and `RateLimit-Policy`, `RateLimit-Remaining`/`-Reset`/`-Limit`,
+//!   `X-RateLimit-*`).
+//! - [`ReactiveLimiter`]: per-key pacing learned from those answers, with an
+//!   additive-increase, multiplicative-decrease rate when the provider
+//!   publishes nothing ([`Adaptive`]).
+//! - [`ReactiveClient`]: a `reqwest` client whose calls go through a
+//!   limiter.
+//!
+//! This is the fallback for providers whose limits are unknown or change;
+//! when the limit is known, pace by it ([`crate::waiter`] or
+//! [`crate::remote`]) and keep this layer for the surprises.
+
+mod client;
+mod limiter;
+mod signals;
+
+pub use client::ReactiveClient;
+pub use limiter::{Adaptive, Permit, ReactiveLimiter};
+pub use signals::Signals;
