@@ -21,14 +21,14 @@ use crate::store::RedisConfig;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read.
-    #[error("cannot read the TLS {what} file {}: {source}", path.display())]
+    #[error("cannot read the TLS {what} file {}: {error}", path.display())]
     Read {
         /// Which file: `CA`, `client certificate` or `client key`.
         what: &'static str,
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, so not also a `source()`).
+        error: std::io::Error,
     },
     /// A file holds no PEM certificate (or key), or a malformed one.
     #[error("the TLS {what} file {} is not usable: {reason}", path.display())]
@@ -128,10 +128,10 @@ pub(crate) fn install_crypto_provider() {
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    std::fs::read(path).map_err(|error| TlsError::Read {
         what,
         path: path.to_owned(),
-        source,
+        error,
     })
 }
 
