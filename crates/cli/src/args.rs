@@ -28,7 +28,8 @@ pub enum Command {
     /// Every flag may also come from a `TOLLGATE_*` environment variable or
     /// from the `--config` file; a flag wins over the environment, which
     /// wins over the file.
-    Serve(ServeArgs),
+    // Boxed: the settings are many, and the other subcommands small.
+    Serve(Box<ServeArgs>),
     /// Validate rules files without serving; exits 1 with file:line:reason
     /// on the first error.
     CheckRules(CheckRulesArgs),
@@ -95,7 +96,8 @@ pub struct ServeArgs {
     pub rules: Option<PathBuf>,
     /// Where limiter state lives: `memory`, or a shared Redis:
     /// `redis://host:port/db`, `rediss://…` (TLS), `unix:///path`,
-    /// `redis+cluster://host:port,host:port,…` [default: memory].
+    /// `redis+unix:///path`, `redis+cluster://host:port,host:port,…`
+    /// (`rediss+cluster://` for TLS) [default: memory].
     #[arg(long, env = "TOLLGATE_STORE", hide_env_values = true)]
     pub store: Option<String>,
     /// When the shared store fails: `fail_open` (admit, marked degraded),
@@ -114,6 +116,18 @@ pub struct ServeArgs {
     /// local over-limit cache).
     #[arg(long, env = "TOLLGATE_NO_OVER_LIMIT_CACHE")]
     pub no_over_limit_cache: bool,
+    /// PEM file of the CA certificates to trust for a `rediss://` store,
+    /// instead of the system's (a Redis whose certificate a private CA
+    /// signed).
+    #[arg(long, env = "TOLLGATE_REDIS_TLS_CA")]
+    pub redis_tls_ca: Option<PathBuf>,
+    /// PEM file of a client certificate to present to a `rediss://` store
+    /// that requires one (mutual TLS); needs `--redis-tls-key`.
+    #[arg(long, env = "TOLLGATE_REDIS_TLS_CERT")]
+    pub redis_tls_cert: Option<PathBuf>,
+    /// PEM file of the private key of `--redis-tls-cert`.
+    #[arg(long, env = "TOLLGATE_REDIS_TLS_KEY")]
+    pub redis_tls_key: Option<PathBuf>,
     /// Memory store cap in bytes [default: 268435456].
     #[arg(long, env = "TOLLGATE_MEMORY_MAX_BYTES")]
     pub memory_max_bytes: Option<usize>,

@@ -75,6 +75,39 @@ impl FromStr for Endpoint {
     }
 }
 
+impl Endpoint {
+    /// Whether connections are TLS (`rediss://`, `rediss+cluster://`).
+    pub fn is_tls(&self) -> bool {
+        match self {
+            Endpoint::Single(url) => url.starts_with("rediss://"),
+            Endpoint::Cluster(nodes) => nodes.iter().all(|n| n.starts_with("rediss://")),
+        }
+    }
+
+    /// The URL as an operator wrote it, for messages: passwords masked, and
+    /// a cluster's credentials left out.
+    pub(crate) fn masked_url(&self) -> String {
+        match self {
+            Endpoint::Single(url) => masked(url),
+            Endpoint::Cluster(nodes) => {
+                let scheme = match self.is_tls() {
+                    true => "rediss+cluster://",
+                    false => "redis+cluster://",
+                };
+                let hosts: Vec<&str> = nodes
+                    .iter()
+                    .map(|node| {
+                        node.split_once("://")
+                            .map_or(node.as_str(), |(_, rest)| rest)
+                    })
+                    .map(|rest| rest.rsplit_once('@').map_or(rest, |(_, host)| host))
+                    .collect();
+                format!("{scheme}{}", hosts.join(","))
+            }
+        }
+    }
+}
+
 /// `url` with the password between `:` and `@` replaced by `***`.
 fn masked(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
@@ -135,6 +168,19 @@ mod tests {
                 "rediss://u:p@b:7001".to_owned()
             ]))
         );
+    }
+
+    #[test]
+    fn tls_endpoints_are_known_and_masked_for_messages() {
+        let tls: Endpoint = "rediss+cluster://u:pw@a:7000,b:7001".parse().unwrap();
+        assert!(tls.is_tls());
+        assert_eq!(tls.masked_url(), "rediss+cluster://a:7000,b:7001");
+        let single: Endpoint = "rediss://:pw@host:6380".parse().unwrap();
+        assert!(single.is_tls());
+        assert_eq!(single.masked_url(), "rediss://:***@host:6380");
+        for plain in ["redis://h:1", "unix:///s.sock", "redis+cluster://a:1"] {
+            assert!(!plain.parse::<Endpoint>().unwrap().is_tls(), "{plain}");
+        }
     }
 
     #[test]

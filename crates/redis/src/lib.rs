@@ -9,8 +9,10 @@
 //! TTL on everything it writes.
 //!
 //! This crate owns the key layout, the script and its protocol, connections
-//! ([`Endpoint`]: `redis://`, `rediss://`, `unix://`, `redis+cluster://`)
-//! and the mapping of Redis failures to [`StoreError`](tollgate_core::StoreError)s.
+//! ([`Endpoint`]: `redis://`, `rediss://`, `unix://`, `redis+unix://`,
+//! `redis+cluster://`, `rediss+cluster://`), their TLS settings (a private
+//! CA, a client certificate for mutual TLS: the `tls` module) and the mapping
+//! of Redis failures to [`StoreError`](tollgate_core::StoreError)s.
 //! It does not own the policy applied when Redis is unreachable; the server
 //! does.
 
@@ -19,6 +21,8 @@ mod endpoint;
 mod over_limit;
 mod script;
 mod store;
+mod tls;
 
 pub use endpoint::{Endpoint, EndpointError};
-pub use store::{RedisConfig, RedisStore};
+pub use store::{OpenError, RedisConfig, RedisStore};
+pub use tls::TlsError;

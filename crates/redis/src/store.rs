@@ -17,6 +17,7 @@
 //! before the one that refused it (an under-admission, never an
 //! over-admission). Reservations across slots are refused.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ use crate::cells::{self, Cell, Plan};
 use crate::endpoint::Endpoint;
 use crate::over_limit::{self, OverLimitCache};
 use crate::script::SOURCE;
+use crate::tls::{self, TlsError};
 
 /// How the Redis store behaves.
 #[derive(Debug, Clone)]
@@ -47,6 +49,14 @@ pub struct RedisConfig {
     /// Answer a request Redis rejected, until its wait is over, without
     /// asking again (default on; see the `over_limit` module).
     pub over_limit_cache: bool,
+    /// A PEM bundle of CA certificates to trust instead of the system's,
+    /// for a `rediss://` server whose certificate a private CA signed.
+    pub tls_ca: Option<PathBuf>,
+    /// A PEM client certificate (chain) to present to a `rediss://` server
+    /// that requires one (mutual TLS); needs [`tls_key`](Self::tls_key).
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of [`tls_cert`](Self::tls_cert).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for RedisConfig {
@@ -56,7 +66,33 @@ impl Default for RedisConfig {
             timeout: Duration::from_millis(250),
             ttl_grace: Duration::from_secs(1),
             over_limit_cache: true,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
+    }
+}
+
+/// Why a store could not be opened. Nothing was connected or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The TLS settings are unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The Redis client refused the URL or the settings.
+    #[error("Redis client: {0}")]
+    Client(String),
+}
+
+impl From<redis::RedisError> for OpenError {
+    fn from(error: redis::RedisError) -> OpenError {
+        OpenError::Client(error.to_string())
+    }
+}
+
+impl From<OpenError> for StoreError {
+    fn from(error: OpenError) -> StoreError {
+        StoreError::Unavailable(error.to_string())
     }
 }
 
@@ -121,28 +157,42 @@ fn malformed(what: &str) -> StoreError {
 
 impl RedisStore {
     /// A store on `endpoint`. Returns at once without connecting (Redis may
-    /// be down); must be called inside a tokio runtime.
-    pub fn open(endpoint: &Endpoint, config: RedisConfig) -> Result<RedisStore, StoreError> {
+    /// be down); must be called inside a tokio runtime. The TLS files of
+    /// `config` are read and checked here: a file that cannot be used, a
+    /// client certificate without its key (or the reverse), or TLS files for
+    /// an endpoint that is not TLS, are errors.
+    pub fn open(endpoint: &Endpoint, config: RedisConfig) -> Result<RedisStore, OpenError> {
+        let certificates = tls::certificates(&config, endpoint)?;
+        if endpoint.is_tls() {
+            tls::install_crypto_provider();
+        }
         let connection = match endpoint {
             Endpoint::Single(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                let client = match certificates {
+                    Some(certificates) => {
+                        redis::Client::build_with_tls(url.as_str(), certificates)?
+                    }
+                    None => redis::Client::open(url.as_str())?,
+                };
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.timeout))
                     .set_response_timeout(Some(config.timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(config.timeout);
-                Connection::Single(
-                    ConnectionManager::new_lazy_with_config(client, manager_config)
-                        .map_err(unavailable)?,
-                )
+                Connection::Single(ConnectionManager::new_lazy_with_config(
+                    client,
+                    manager_config,
+                )?)
             }
             Endpoint::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(config.timeout)
                     .response_timeout(config.timeout)
-                    .retries(2)
-                    .build()
-                    .map_err(unavailable)?;
+                    .retries(2);
+                if let Some(certificates) = certificates {
+                    builder = builder.certs(certificates);
+                }
+                let client = builder.build()?;
                 Connection::Cluster(Box::new(LazyCluster {
                     client,
                     live: ArcSwapOption::empty(),

@@ -1,16 +1,22 @@
 //! Real Redis for tollgate's tests: [`RedisServer`] starts a `redis-server`
-//! process on a free loopback port, [`RedisCluster`] starts several and joins
-//! them into a Redis Cluster with `redis-cli --cluster create`. Each lives in
-//! its own temporary directory, keeps nothing on disk, and is killed when
-//! dropped. No test uses a Redis it did not start.
+//! process on a free loopback port (plain TCP, TLS-only with certificates
+//! from [`TestCertificates`], or a unix socket only), [`RedisCluster`] starts
+//! several and joins them into a Redis Cluster with `redis-cli --cluster
+//! create`. Each lives in its own temporary directory, keeps nothing on disk,
+//! and is killed when dropped. No test uses a Redis it did not start.
 //!
 //! The binaries come from Debian's `redis-server` package, which
 //! `scripts/test` installs when it is missing. This crate is for tests only
 //! and panics (with a message) when the environment cannot run Redis.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod tls;
+
+pub use tls::TestCertificates;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,12 +32,37 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Whether a TLS server requires clients to present a certificate
+/// (`--tls-auth-clients`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCerts {
+    /// Mutual TLS: a client without a certificate signed by the CA is
+    /// refused.
+    Required,
+    /// Clients need only trust the server.
+    NotRequested,
+}
+
+/// How clients reach a server.
+enum Listener {
+    /// `redis://127.0.0.1:PORT`.
+    Tcp,
+    /// `rediss://127.0.0.1:PORT` only (no plain port).
+    Tls {
+        certs: TestCertificates,
+        clients: ClientCerts,
+    },
+    /// `unix:///…/redis.sock` only (no TCP port).
+    Unix(PathBuf),
+}
+
 /// One `redis-server` process.
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    listener: Listener,
 }
 
 impl RedisServer {
@@ -42,21 +73,90 @@ impl RedisServer {
 
     /// A server with extra `redis-server` arguments (e.g. cluster mode).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_listening(|_| Listener::Tcp, extra)
+    }
+
+    /// A server that speaks TLS only, on a free port, with a certificate
+    /// for `127.0.0.1` signed by a CA made for it ([`RedisServer::certificates`]).
+    pub fn start_tls(clients: ClientCerts) -> RedisServer {
+        RedisServer::start_listening(
+            |dir| Listener::Tls {
+                certs: TestCertificates::generate(dir),
+                clients,
+            },
+            &[],
+        )
+    }
+
+    /// A server that listens on a unix socket only (mode 700), in its
+    /// directory.
+    pub fn start_unix() -> RedisServer {
+        RedisServer::start_listening(|dir| Listener::Unix(dir.join("redis.sock")), &[])
+    }
+
+    fn start_listening(
+        listener: impl FnOnce(&std::path::Path) -> Listener,
+        extra: &[&str],
+    ) -> RedisServer {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        let listener = listener(dir.path());
+        let port = match listener {
+            Listener::Unix(_) => 0,
+            _ => free_port(),
+        };
         let mut server = RedisServer {
-            port: free_port(),
+            port,
             child: None,
             dir,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            listener,
         };
         server.spawn();
         server
     }
 
+    /// The `redis-server` arguments that open the listener.
+    fn listener_args(&self) -> Vec<String> {
+        let port = self.port.to_string();
+        let mut args: Vec<String> = match &self.listener {
+            Listener::Tcp => vec!["--port".into(), port],
+            Listener::Tls { certs, clients } => {
+                let path = |p: &PathBuf| p.display().to_string();
+                let auth = match clients {
+                    ClientCerts::Required => "yes",
+                    ClientCerts::NotRequested => "no",
+                };
+                vec![
+                    "--port".into(),
+                    "0".into(),
+                    "--tls-port".into(),
+                    port,
+                    "--tls-cert-file".into(),
+                    path(&certs.server_cert),
+                    "--tls-key-file".into(),
+                    path(&certs.server_key),
+                    "--tls-ca-cert-file".into(),
+                    path(&certs.ca),
+                    "--tls-auth-clients".into(),
+                    auth.into(),
+                ]
+            }
+            Listener::Unix(socket) => vec![
+                "--port".into(),
+                "0".into(),
+                "--unixsocket".into(),
+                socket.display().to_string(),
+                "--unixsocketperm".into(),
+                "700".into(),
+            ],
+        };
+        args.extend(["--bind".into(), "127.0.0.1".into()]);
+        args
+    }
+
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
+            .args(self.listener_args())
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .arg("--dir")
@@ -71,8 +171,8 @@ impl RedisServer {
         while !self.answers() {
             assert!(
                 Instant::now() < deadline,
-                "redis-server on {} never answered",
-                self.port
+                "redis-server at {} never answered",
+                self.url()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -84,14 +184,25 @@ impl RedisServer {
     }
 
     /// Sends one inline command and returns the raw reply (None when the
-    /// server is unreachable).
+    /// server is unreachable). Over TLS the client trusts the server's CA
+    /// and presents the client certificate.
     pub fn command(&self, command: &str) -> Option<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
-        let mut reply = vec![0; 64 * 1024];
-        let n = stream.read(&mut reply).ok()?;
-        Some(String::from_utf8_lossy(&reply[..n]).into_owned())
+        let request = format!("{command}\r\n");
+        let timeout = Some(Duration::from_secs(2));
+        let reply = match &self.listener {
+            Listener::Tcp => {
+                let stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+                stream.set_read_timeout(timeout).ok()?;
+                exchange(stream, request.as_bytes())?
+            }
+            Listener::Unix(socket) => {
+                let stream = UnixStream::connect(socket).ok()?;
+                stream.set_read_timeout(timeout).ok()?;
+                exchange(stream, request.as_bytes())?
+            }
+            Listener::Tls { certs, .. } => tls::exchange(certs, self.port, request.as_bytes())?,
+        };
+        Some(String::from_utf8_lossy(&reply).into_owned())
     }
 
     /// Whether this process is running (not killed).
@@ -99,14 +210,35 @@ impl RedisServer {
         self.child.is_some()
     }
 
-    /// The port.
+    /// The TCP (or TLS) port; 0 for a unix-socket server.
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// The URL a client connects to: `redis://127.0.0.1:PORT`,
+    /// `rediss://127.0.0.1:PORT` (TLS) or `unix:///…/redis.sock`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.listener {
+            Listener::Tcp => format!("redis://127.0.0.1:{}", self.port),
+            Listener::Tls { .. } => format!("rediss://127.0.0.1:{}", self.port),
+            Listener::Unix(socket) => format!("unix://{}", socket.display()),
+        }
+    }
+
+    /// The CA and certificates of a TLS server (None for the others).
+    pub fn certificates(&self) -> Option<&TestCertificates> {
+        match &self.listener {
+            Listener::Tls { certs, .. } => Some(certs),
+            _ => None,
+        }
+    }
+
+    /// The socket of a unix-socket server (None for the others).
+    pub fn socket(&self) -> Option<&std::path::Path> {
+        match &self.listener {
+            Listener::Unix(socket) => Some(socket),
+            _ => None,
+        }
     }
 
     /// Kills the process (SIGKILL), as a crash would.
@@ -127,6 +259,15 @@ impl RedisServer {
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_owned()
     }
+}
+
+/// Writes `request` and returns the first chunk of the answer.
+fn exchange(mut stream: impl Read + Write, request: &[u8]) -> Option<Vec<u8>> {
+    stream.write_all(request).ok()?;
+    let mut reply = vec![0; 64 * 1024];
+    let n = stream.read(&mut reply).ok()?;
+    reply.truncate(n);
+    Some(reply)
 }
 
 impl Drop for RedisServer {

@@ -27,6 +27,9 @@ struct ConfigFile {
     store_timeout_ms: Option<u64>,
     redis_prefix: Option<String>,
     no_over_limit_cache: Option<bool>,
+    redis_tls_ca: Option<PathBuf>,
+    redis_tls_cert: Option<PathBuf>,
+    redis_tls_key: Option<PathBuf>,
     memory_max_bytes: Option<usize>,
     trust_client_time: Option<bool>,
     snapshot: Option<PathBuf>,
@@ -61,6 +64,12 @@ pub struct SharedStore {
     pub prefix: String,
     /// Answer keys known to be over their limit without asking Redis.
     pub over_limit_cache: bool,
+    /// CA certificates to trust for TLS (PEM file).
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate for mutual TLS (PEM file).
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM file).
+    pub tls_key: Option<PathBuf>,
 }
 
 /// How logs are written.
@@ -142,12 +151,22 @@ impl ServeConfig {
                 "store_timeout_ms must be positive".into(),
             ));
         }
+        let tls_ca = args.redis_tls_ca.clone().or(file.redis_tls_ca);
+        let tls_cert = args.redis_tls_cert.clone().or(file.redis_tls_cert);
+        let tls_key = args.redis_tls_key.clone().or(file.redis_tls_key);
         let store = match args.store.clone().or(file.store).as_deref() {
-            None | Some("memory") => StoreChoice::Memory,
+            None | Some("memory") => {
+                if tls_ca.is_some() || tls_cert.is_some() || tls_key.is_some() {
+                    return Err(ConfigError::Invalid(
+                        "redis_tls_ca, redis_tls_cert and redis_tls_key need a rediss:// store, not memory".into(),
+                    ));
+                }
+                StoreChoice::Memory
+            }
             Some(url) => StoreChoice::Redis(SharedStore {
                 endpoint: url.parse().map_err(|e: tollgate_redis::EndpointError| {
                     ConfigError::Invalid(format!(
-                        "store: {e} (use `memory` or a redis://, rediss://, unix:// or redis+cluster:// URL)"
+                        "store: {e} (use `memory` or a redis://, rediss://, unix://, redis+unix://, redis+cluster:// or rediss+cluster:// URL)"
                     ))
                 })?,
                 on_error,
@@ -159,6 +178,9 @@ impl ServeConfig {
                     .unwrap_or(defaults.key_prefix),
                 over_limit_cache: !(args.no_over_limit_cache
                     || file.no_over_limit_cache.unwrap_or(false)),
+                tls_ca,
+                tls_cert,
+                tls_key,
             }),
         };
         let log_format = match args.log_format.clone().or(file.log_format).as_deref() {
@@ -257,6 +279,38 @@ mod tests {
         assert_eq!(c.settings.max_key_bytes, 20);
         assert!(c.settings.shadow);
         assert_eq!(c.settings.max_body_bytes, 64 * 1024);
+    }
+
+    #[test]
+    fn redis_tls_files_come_from_flags_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(
+            &path,
+            "store = \"rediss://redis:6380\"\nredis_tls_ca = \"/etc/tollgate/ca.pem\"\n\
+             redis_tls_cert = \"/file/client.pem\"\nredis_tls_key = \"/file/client.key\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            redis_tls_cert: Some("/flag/client.pem".into()),
+            redis_tls_key: Some("/flag/client.key".into()),
+            ..ServeArgs::default()
+        };
+        let StoreChoice::Redis(shared) = ServeConfig::resolve(&args).unwrap().store else {
+            panic!("a Redis store");
+        };
+        assert_eq!(shared.tls_ca, Some(PathBuf::from("/etc/tollgate/ca.pem")));
+        assert_eq!(shared.tls_cert, Some(PathBuf::from("/flag/client.pem")));
+        assert_eq!(shared.tls_key, Some(PathBuf::from("/flag/client.key")));
+
+        let args = ServeArgs {
+            redis_tls_ca: Some("/etc/tollgate/ca.pem".into()),
+            ..ServeArgs::default()
+        };
+        let error = ServeConfig::resolve(&args).unwrap_err().to_string();
+        assert!(error.contains("redis_tls_ca"), "{error}");
+        assert!(error.contains("memory"), "{error}");
     }
 
     #[test]

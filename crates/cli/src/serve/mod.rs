@@ -116,6 +116,9 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
         key_prefix: shared.prefix.clone(),
         timeout: shared.timeout,
         over_limit_cache: shared.over_limit_cache,
+        tls_ca: shared.tls_ca.clone(),
+        tls_cert: shared.tls_cert.clone(),
+        tls_key: shared.tls_key.clone(),
         ..RedisConfig::default()
     };
     let redis = RedisStore::open(&shared.endpoint, redis_config)
