@@ -30,7 +30,7 @@ for i = 1, #KEYS do
   local base = 4 + 3 * (i - 1)
   local field, spec, cost = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   local f = words(spec)
-  local A = ALG[f[1]]
+  local A = algorithm(f[1])
   if A == nil then
     error('tollgate: unknown algorithm ' .. tostring(f[1]))
   end
