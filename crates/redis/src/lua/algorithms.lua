@@ -68,9 +68,11 @@ end
 
 -- Splits a space-separated text into its words.
 local function words(text)
-  local out = {}
+  -- Room for a spec's words from the start (a growing array reallocates).
+  local out, n = { nil, nil, nil, nil, nil }, 0
   for w in string.gmatch(text, '%S+') do
-    out[#out + 1] = w
+    n = n + 1
+    out[n] = w
   end
   return out
 end

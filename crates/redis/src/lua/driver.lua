@@ -17,8 +17,12 @@ local function current_time()
   if ARGV[2] ~= '' then
     return number_field(ARGV[2], 'instant')
   end
+  -- seconds * 10^9 + microseconds * 1000, in limbs of 10^7 ns: the low limb
+  -- is the sub-10 ms part, the rest (below 2^53) are whole limbs.
   local t = redis.call('TIME')
-  return B.add(B.mul(B.num(tonumber(t[1])), B.BILLION), B.num(tonumber(t[2]) * 1000))
+  local seconds, micros = tonumber(t[1]), tonumber(t[2])
+  local sub = micros % 10000
+  return B.shifted(B.num(seconds * 100 + (micros - sub) / 10000), sub * 1000)
 end
 
 local now = current_time()
