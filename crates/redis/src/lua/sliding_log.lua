@@ -34,12 +34,8 @@ function LOADERS.sliding_window_log()
   local T = tally()
   local tally_decide, queued_decision = T.decide, T.queued
 
-  -- 10^(7k), the modulus of k limbs.
-  local function limbs_modulus(k)
-    return B.parse('1' .. string.rep('0', 7 * k))
-  end
-
-  local LOG_MODULI = { limbs_modulus(1), limbs_modulus(2), limbs_modulus(3) }
+  -- 10^(7k), the modulus of k limbs, for k = 1, 2, 3 (bigint limbs).
+  local LOG_MODULI = { { 0, 1 }, { 0, 0, 1 }, { 0, 0, 0, 1 } }
 
   -- The fewest limbs (at most 3) whose modulus is at least (above) x.
   local function limbs_for(x, above)
