@@ -329,6 +329,15 @@ async fn apply<S: Store>(
     (text, took)
 }
 
+/// Cases per property: `PROPTEST_CASES` when set (more while changing the
+/// script), 48 otherwise.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48)
+}
+
 #[test]
 fn random_traces_decide_alike_in_memory_and_in_redis() {
     let server = RedisServer::start();
@@ -337,7 +346,7 @@ fn random_traces_decide_alike_in_memory_and_in_redis() {
     let limits = limits();
     let case = std::sync::atomic::AtomicU32::new(0);
     let config = ProptestConfig {
-        cases: 48,
+        cases: cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     };
@@ -407,7 +416,7 @@ fn focused_traces_on_a_few_limits_decide_alike() {
     let all = limits();
     let case = std::sync::atomic::AtomicU32::new(0);
     let config = ProptestConfig {
-        cases: 48,
+        cases: cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     };

@@ -4,6 +4,8 @@
 -- packed_rows.lua; ARGV[1] is the seed, ARGV[2] the number of steps.
 -- Returns 'ok', or raises an error naming the first difference.
 
+local Packed = packed_rows()
+
 local seed = tonumber(ARGV[1])
 local function rand(n)
   -- Park-Miller: every product stays below 2^53.

@@ -1,4 +1,4 @@
--- The algorithm table every algorithm file adds itself to, and helpers
+-- The algorithms, each built when a call first asks for it, and helpers
 -- shared by them.
 --
 -- Each algorithm is a port of its Rust twin in tollgate-core (same state,
@@ -16,8 +16,37 @@
 --   release(L, st, lease)          optional (concurrency): true when held
 --   record(L, st, now, cost)       optional (stepped_window): the count
 -- Every number is a bigint (see bigint.lua).
+--
+-- Redis runs the whole script from its top level on every call, so the top
+-- level defines no algorithm: each algorithm file only registers a loader
+-- in LOADERS, which builds the algorithm's table (its functions) the first
+-- time a call asks for it, and helpers shared by several files (bucket.lua,
+-- packed_rows.lua, tally.lua) are built the same way through `lazy`. A call
+-- defines only what it uses; nothing outlives the call.
 
+local LOADERS = {}
 local ALG = {}
+
+-- The algorithm called name, built on first use; nil when there is none.
+local function algorithm(name)
+  local A = ALG[name]
+  if A == nil then
+    local load = LOADERS[name]
+    if load == nil then return nil end
+    A = load()
+    ALG[name] = A
+  end
+  return A
+end
+
+-- A function returning what build() returns, calling build once.
+local function lazy(build)
+  local built
+  return function()
+    if built == nil then built = build() end
+    return built
+  end
+end
 
 -- A decision with the core's default fields.
 local function decision(allowed, limit)
@@ -39,9 +68,11 @@ end
 
 -- Splits a space-separated text into its words.
 local function words(text)
-  local out = {}
+  -- Room for a spec's words from the start (a growing array reallocates).
+  local out, n = { nil, nil, nil, nil, nil }, 0
   for w in string.gmatch(text, '%S+') do
-    out[#out + 1] = w
+    n = n + 1
+    out[n] = w
   end
   return out
 end

@@ -12,13 +12,10 @@
 -- later: a state without leases still carries next_id, and forgetting it
 -- before the clock passes it would hand out an id again (the memory store
 -- keeps it until a sweep finds the state expired).
---
--- The file's locals live in a do block: one chunk holds every file, and Lua
--- allows a function (the chunk) 200 locals.
 
-do
+function LOADERS.concurrency()
+  local Packed = packed_rows()
   local cc = {}
-  ALG.concurrency = cc
 
   local ID, EXPIRES, COST = 1, 2, 3
 
@@ -157,4 +154,6 @@ do
     Packed.remove(st.leases, i)
     return true
   end
+
+  return cc
 end

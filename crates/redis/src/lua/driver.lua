@@ -17,8 +17,12 @@ local function current_time()
   if ARGV[2] ~= '' then
     return number_field(ARGV[2], 'instant')
   end
+  -- seconds * 10^9 + microseconds * 1000, in limbs of 10^7 ns: the low limb
+  -- is the sub-10 ms part, the rest (below 2^53) are whole limbs.
   local t = redis.call('TIME')
-  return B.add(B.mul(B.num(tonumber(t[1])), B.BILLION), B.num(tonumber(t[2]) * 1000))
+  local seconds, micros = tonumber(t[1]), tonumber(t[2])
+  local sub = micros % 10000
+  return B.shifted(B.num(seconds * 100 + (micros - sub) / 10000), sub * 1000)
 end
 
 local now = current_time()
@@ -30,7 +34,7 @@ for i = 1, #KEYS do
   local base = 4 + 3 * (i - 1)
   local field, spec, cost = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   local f = words(spec)
-  local A = ALG[f[1]]
+  local A = algorithm(f[1])
   if A == nil then
     error('tollgate: unknown algorithm ' .. tostring(f[1]))
   end

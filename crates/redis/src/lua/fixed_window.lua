@@ -7,96 +7,99 @@
 -- State: "window count": the window index the count belongs to, and the
 -- count.
 
-local fixed_window = {}
-ALG.fixed_window = fixed_window
+function LOADERS.fixed_window()
+  local fixed_window = {}
 
-function fixed_window.parse(f)
-  return {
-    n = number_field(f[2], 'n'),
-    p = number_field(f[3], 'p'),
-  }
-end
+  function fixed_window.parse(f)
+    return {
+      n = number_field(f[2], 'n'),
+      p = number_field(f[3], 'p'),
+    }
+  end
 
-function fixed_window.decode(L, text)
-  if text == nil then return { window = B.ZERO, count = B.ZERO } end
-  local w = words(text)
-  return {
-    window = number_field(w[1], 'fixed_window state'),
-    count = number_field(w[2], 'fixed_window state'),
-  }
-end
+  function fixed_window.decode(L, text)
+    if text == nil then return { window = B.ZERO, count = B.ZERO } end
+    local w = words(text)
+    return {
+      window = number_field(w[1], 'fixed_window state'),
+      count = number_field(w[2], 'fixed_window state'),
+    }
+  end
 
-function fixed_window.encode(L, st)
-  return B.str(st.window) .. ' ' .. B.str(st.count)
-end
+  function fixed_window.encode(L, st)
+    return B.str(st.window) .. ' ' .. B.str(st.count)
+  end
 
--- (window + 1) * p, saturating at u64::MAX.
-local function window_end(L, window)
-  return B.sat64(B.mul(B.add(window, B.ONE), L.p))
-end
+  -- (window + 1) * p, saturating at u64::MAX.
+  local function window_end(L, window)
+    return B.sat64(B.mul(B.add(window, B.ONE), L.p))
+  end
 
--- The count of `window` as the state records it.
-local function count_in(st, window)
-  if B.cmp(st.window, window) == 0 then return st.count end
-  return B.ZERO
-end
+  -- The count of `window` as the state records it.
+  local function count_in(st, window)
+    if B.cmp(st.window, window) == 0 then return st.count end
+    return B.ZERO
+  end
 
-function fixed_window.evaluate(L, st, now, cost)
-  local window = B.div_floor(now, L.p)
-  if B.cmp(st.window, window) > 0 then
-    -- A later window is booked: wait for the queue (tally.rs `queued`).
-    local d = decision(false, L.n)
-    d.retry_after = until_ns(now, fixed_window.next_available(L, st, now, cost))
-    d.reset_after = until_ns(now, fixed_window.expires_at(L, st))
+  function fixed_window.evaluate(L, st, now, cost)
+    local window = B.div_floor(now, L.p)
+    if B.cmp(st.window, window) > 0 then
+      -- A later window is booked: wait for the queue (tally.rs `queued`).
+      local d = decision(false, L.n)
+      d.retry_after = until_ns(now, fixed_window.next_available(L, st, now, cost))
+      d.reset_after = until_ns(now, fixed_window.expires_at(L, st))
+      return d
+    end
+    local count = count_in(st, window)
+    local finish = window_end(L, window)
+    -- tally.rs `Tally::decide`: reset is the window's end, or now when
+    -- nothing is counted (and nothing would be).
+    local reset = now
+    if not B.is_zero(count) then reset = finish end
+    local after = B.add(count, cost)
+    local d
+    if B.cmp(after, L.n) <= 0 then
+      d = decision(true, L.n)
+      d.remaining = B.sub(L.n, after)
+      if not B.is_zero(cost) then reset = finish end
+      d.reset_after = until_ns(now, reset)
+    else
+      d = decision(false, L.n)
+      d.remaining = B.sub(L.n, count)
+      d.retry_after = until_ns(now, finish)
+      d.reset_after = until_ns(now, reset)
+    end
     return d
   end
-  local count = count_in(st, window)
-  local finish = window_end(L, window)
-  -- tally.rs `Tally::decide`: reset is the window's end, or now when
-  -- nothing is counted (and nothing would be).
-  local reset = now
-  if not B.is_zero(count) then reset = finish end
-  local after = B.add(count, cost)
-  local d
-  if B.cmp(after, L.n) <= 0 then
-    d = decision(true, L.n)
-    d.remaining = B.sub(L.n, after)
-    if not B.is_zero(cost) then reset = finish end
-    d.reset_after = until_ns(now, reset)
-  else
-    d = decision(false, L.n)
-    d.remaining = B.sub(L.n, count)
-    d.retry_after = until_ns(now, finish)
-    d.reset_after = until_ns(now, reset)
+
+  function fixed_window.commit(L, st, now, cost)
+    local window = B.div_floor(now, L.p)
+    st.count = B.add(count_in(st, window), cost)
+    st.window = window
+    return nil
   end
-  return d
-end
 
-function fixed_window.commit(L, st, now, cost)
-  local window = B.div_floor(now, L.p)
-  st.count = B.add(count_in(st, window), cost)
-  st.window = window
-  return nil
-end
-
-function fixed_window.next_available(L, st, now, cost)
-  local window = B.max(B.div_floor(now, L.p), st.window)
-  if B.cmp(B.add(count_in(st, window), cost), L.n) <= 0 then
-    return B.max(now, B.sat64(B.mul(window, L.p)))
+  function fixed_window.next_available(L, st, now, cost)
+    local window = B.max(B.div_floor(now, L.p), st.window)
+    if B.cmp(B.add(count_in(st, window), cost), L.n) <= 0 then
+      return B.max(now, B.sat64(B.mul(window, L.p)))
+    end
+    return window_end(L, window)
   end
-  return window_end(L, window)
-end
 
-function fixed_window.slot(L, st, now, cost)
-  local at = fixed_window.next_available(L, st, now, cost)
-  return { at = at, wait = B.sub(at, now) }
-end
+  function fixed_window.slot(L, st, now, cost)
+    local at = fixed_window.next_available(L, st, now, cost)
+    return { at = at, wait = B.sub(at, now) }
+  end
 
-function fixed_window.book(L, st, now, slot, cost)
-  fixed_window.commit(L, st, slot.at, cost)
-end
+  function fixed_window.book(L, st, now, slot, cost)
+    fixed_window.commit(L, st, slot.at, cost)
+  end
 
-function fixed_window.expires_at(L, st)
-  if B.is_zero(st.count) then return B.ZERO end
-  return window_end(L, st.window)
+  function fixed_window.expires_at(L, st)
+    if B.is_zero(st.count) then return B.ZERO end
+    return window_end(L, st.window)
+  end
+
+  return fixed_window
 end

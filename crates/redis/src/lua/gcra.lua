@@ -3,76 +3,79 @@
 -- algorithm/bucket.rs (n and p already divided by their gcd).
 -- Spec: "gcra n p burst". State: "tat".
 
-local gcra = {}
-ALG.gcra = gcra
+function LOADERS.gcra()
+  local gcra = {}
 
-function gcra.parse(f)
-  local L = {
-    n = number_field(f[2], 'n'),
-    p = number_field(f[3], 'p'),
-    burst = number_field(f[4], 'burst'),
-  }
-  L.cap = B.mul(L.burst, L.p)
-  return L
-end
-
-function gcra.decode(L, text)
-  if text == nil then return { tat = B.ZERO } end
-  return { tat = number_field(text, 'gcra state') }
-end
-
-function gcra.encode(L, st)
-  return B.str(st.tat)
-end
-
-local function whole_tokens(L, units)
-  return B.sat64(B.div_floor(units, L.p))
-end
-
-local function nanos_for(L, units)
-  return B.sat64(B.div_ceil(units, L.n))
-end
-
-function gcra.evaluate(L, st, now, cost)
-  local tn = B.mul(now, L.n)
-  local base = B.max(st.tat, tn)
-  local new_tat = B.add(base, B.mul(cost, L.p))
-  local ahead = B.sub(new_tat, tn)
-  local d
-  if B.cmp(ahead, L.cap) <= 0 then
-    d = decision(true, L.burst)
-    d.remaining = whole_tokens(L, B.sub(L.cap, ahead))
-    d.reset_after = nanos_for(L, ahead)
-  else
-    d = decision(false, L.burst)
-    d.remaining = whole_tokens(L, B.sub(L.cap, B.sub(base, tn)))
-    d.retry_after = nanos_for(L, B.sub(ahead, L.cap))
-    d.reset_after = nanos_for(L, B.sub(base, tn))
+  function gcra.parse(f)
+    local L = {
+      n = number_field(f[2], 'n'),
+      p = number_field(f[3], 'p'),
+      burst = number_field(f[4], 'burst'),
+    }
+    L.cap = B.mul(L.burst, L.p)
+    return L
   end
-  return d
-end
 
-function gcra.commit(L, st, now, cost)
-  st.tat = B.add(B.max(st.tat, B.mul(now, L.n)), B.mul(cost, L.p))
-  return nil
-end
+  function gcra.decode(L, text)
+    if text == nil then return { tat = B.ZERO } end
+    return { tat = number_field(text, 'gcra state') }
+  end
 
-function gcra.next_available(L, st, now, cost)
-  local tn = B.mul(now, L.n)
-  local needed = B.add(B.max(st.tat, tn), B.mul(cost, L.p))
-  local earliest = B.sub(needed, L.cap)
-  return B.max(now, B.sat64(B.div_ceil(earliest, L.n)))
-end
+  function gcra.encode(L, st)
+    return B.str(st.tat)
+  end
 
-function gcra.slot(L, st, now, cost)
-  local at = gcra.next_available(L, st, now, cost)
-  return { at = at, wait = B.sub(at, now) }
-end
+  local function whole_tokens(L, units)
+    return B.sat64(B.div_floor(units, L.p))
+  end
 
-function gcra.book(L, st, now, slot, cost)
-  gcra.commit(L, st, slot.at, cost)
-end
+  local function nanos_for(L, units)
+    return B.sat64(B.div_ceil(units, L.n))
+  end
 
-function gcra.expires_at(L, st)
-  return B.sat64(B.div_ceil(st.tat, L.n))
+  function gcra.evaluate(L, st, now, cost)
+    local tn = B.mul(now, L.n)
+    local base = B.max(st.tat, tn)
+    local new_tat = B.add(base, B.mul(cost, L.p))
+    local ahead = B.sub(new_tat, tn)
+    local d
+    if B.cmp(ahead, L.cap) <= 0 then
+      d = decision(true, L.burst)
+      d.remaining = whole_tokens(L, B.sub(L.cap, ahead))
+      d.reset_after = nanos_for(L, ahead)
+    else
+      d = decision(false, L.burst)
+      d.remaining = whole_tokens(L, B.sub(L.cap, B.sub(base, tn)))
+      d.retry_after = nanos_for(L, B.sub(ahead, L.cap))
+      d.reset_after = nanos_for(L, B.sub(base, tn))
+    end
+    return d
+  end
+
+  function gcra.commit(L, st, now, cost)
+    st.tat = B.add(B.max(st.tat, B.mul(now, L.n)), B.mul(cost, L.p))
+    return nil
+  end
+
+  function gcra.next_available(L, st, now, cost)
+    local tn = B.mul(now, L.n)
+    local needed = B.add(B.max(st.tat, tn), B.mul(cost, L.p))
+    local earliest = B.sub(needed, L.cap)
+    return B.max(now, B.sat64(B.div_ceil(earliest, L.n)))
+  end
+
+  function gcra.slot(L, st, now, cost)
+    local at = gcra.next_available(L, st, now, cost)
+    return { at = at, wait = B.sub(at, now) }
+  end
+
+  function gcra.book(L, st, now, slot, cost)
+    gcra.commit(L, st, slot.at, cost)
+  end
+
+  function gcra.expires_at(L, st)
+    return B.sat64(B.div_ceil(st.tat, L.n))
+  end
+
+  return gcra
 end

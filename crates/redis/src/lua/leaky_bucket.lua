@@ -8,74 +8,78 @@
 -- instant of its last change, which a booked reservation may put ahead of
 -- now.
 
-local leaky_bucket = {}
-ALG.leaky_bucket = leaky_bucket
+function LOADERS.leaky_bucket()
+  local BUCKET = bucket_math()
+  local leaky_bucket = {}
 
-leaky_bucket.parse = BUCKET.parse
+  leaky_bucket.parse = BUCKET.parse
 
-function leaky_bucket.decode(L, text)
-  if text == nil then return { queue = B.ZERO, last = B.ZERO } end
-  local w = words(text)
-  return {
-    queue = number_field(w[1], 'leaky_bucket state'),
-    last = number_field(w[2], 'leaky_bucket state'),
-  }
-end
-
-function leaky_bucket.encode(L, st)
-  return B.str(st.queue) .. ' ' .. B.str(st.last)
-end
-
--- The level at now. Before the last change (a booked reservation) the
--- queue also holds what drains until then.
-local function level(L, st, now)
-  if B.cmp(now, st.last) >= 0 then
-    return B.sub(st.queue, BUCKET.refill(L, B.sub(now, st.last)))
+  function leaky_bucket.decode(L, text)
+    if text == nil then return { queue = B.ZERO, last = B.ZERO } end
+    local w = words(text)
+    return {
+      queue = number_field(w[1], 'leaky_bucket state'),
+      last = number_field(w[2], 'leaky_bucket state'),
+    }
   end
-  return B.add(st.queue, BUCKET.refill(L, B.sub(st.last, now)))
-end
 
-function leaky_bucket.evaluate(L, st, now, cost)
-  local queue = level(L, st, now)
-  local after = B.add(queue, BUCKET.units(L, cost))
-  local d
-  if B.cmp(after, L.cap) <= 0 then
-    d = decision(true, L.burst)
-    d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, after))
-    d.reset_after = BUCKET.nanos_for(L, after)
-    d.delay = BUCKET.nanos_for(L, queue)
-  else
-    d = decision(false, L.burst)
-    d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, queue))
-    d.retry_after = BUCKET.nanos_for(L, B.sub(after, L.cap))
-    d.reset_after = BUCKET.nanos_for(L, queue)
+  function leaky_bucket.encode(L, st)
+    return B.str(st.queue) .. ' ' .. B.str(st.last)
   end
-  return d
-end
 
-function leaky_bucket.commit(L, st, now, cost)
-  st.queue = B.add(level(L, st, now), BUCKET.units(L, cost))
-  st.last = now
-  return nil
-end
+  -- The level at now. Before the last change (a booked reservation) the
+  -- queue also holds what drains until then.
+  local function level(L, st, now)
+    if B.cmp(now, st.last) >= 0 then
+      return B.sub(st.queue, BUCKET.refill(L, B.sub(now, st.last)))
+    end
+    return B.add(st.queue, BUCKET.refill(L, B.sub(st.last, now)))
+  end
 
-function leaky_bucket.next_available(L, st, now, cost)
-  local queue = level(L, st, now)
-  local over = B.sub(B.add(queue, BUCKET.units(L, cost)), L.cap)
-  return B.sat64(B.add(now, BUCKET.nanos_for(L, over)))
-end
+  function leaky_bucket.evaluate(L, st, now, cost)
+    local queue = level(L, st, now)
+    local after = B.add(queue, BUCKET.units(L, cost))
+    local d
+    if B.cmp(after, L.cap) <= 0 then
+      d = decision(true, L.burst)
+      d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, after))
+      d.reset_after = BUCKET.nanos_for(L, after)
+      d.delay = BUCKET.nanos_for(L, queue)
+    else
+      d = decision(false, L.burst)
+      d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, queue))
+      d.retry_after = BUCKET.nanos_for(L, B.sub(after, L.cap))
+      d.reset_after = BUCKET.nanos_for(L, queue)
+    end
+    return d
+  end
 
--- The slot is when everything ahead has drained; `wait` is that drain time
--- even when `at` saturates, as in Rust.
-function leaky_bucket.slot(L, st, now, cost)
-  local wait = BUCKET.nanos_for(L, level(L, st, now))
-  return { at = B.sat64(B.add(now, wait)), wait = wait }
-end
+  function leaky_bucket.commit(L, st, now, cost)
+    st.queue = B.add(level(L, st, now), BUCKET.units(L, cost))
+    st.last = now
+    return nil
+  end
 
-function leaky_bucket.book(L, st, now, slot, cost)
-  leaky_bucket.commit(L, st, slot.at, cost)
-end
+  function leaky_bucket.next_available(L, st, now, cost)
+    local queue = level(L, st, now)
+    local over = B.sub(B.add(queue, BUCKET.units(L, cost)), L.cap)
+    return B.sat64(B.add(now, BUCKET.nanos_for(L, over)))
+  end
 
-function leaky_bucket.expires_at(L, st)
-  return B.sat64(B.add(st.last, BUCKET.nanos_for(L, st.queue)))
+  -- The slot is when everything ahead has drained; `wait` is that drain time
+  -- even when `at` saturates, as in Rust.
+  function leaky_bucket.slot(L, st, now, cost)
+    local wait = BUCKET.nanos_for(L, level(L, st, now))
+    return { at = B.sat64(B.add(now, wait)), wait = wait }
+  end
+
+  function leaky_bucket.book(L, st, now, slot, cost)
+    leaky_bucket.commit(L, st, slot.at, cost)
+  end
+
+  function leaky_bucket.expires_at(L, st)
+    return B.sat64(B.add(st.last, BUCKET.nanos_for(L, st.queue)))
+  end
+
+  return leaky_bucket
 end

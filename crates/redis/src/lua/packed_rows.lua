@@ -23,13 +23,10 @@
 -- Fields are compared as equal-width digit strings, in chunks of at most
 -- 15 digits read with tonumber (exact below 2^53): Lua's string `<` would
 -- follow the server's collation locale.
---
--- Beyond `Packed`, the file's locals live in a do block: one chunk holds
--- every file, and Lua allows a function (the chunk) 200 locals.
 
-local Packed = {}
+local packed_rows = lazy(function()
+  local Packed = {}
 
-do
   local CHUNK = 15
 
   -- -1, 0 or 1 comparing two digit strings of one length.
@@ -273,4 +270,6 @@ do
     end
     return t
   end
-end
+
+  return Packed
+end)

@@ -12,13 +12,10 @@
 -- Spec: "stepped_window n p step" (p and step in ns).
 -- State: "dropped <packed rows>" (see packed_rows.lua), one row per mark:
 -- step index, running total; oldest first.
---
--- The file's locals live in a do block: one chunk holds every file, and Lua
--- allows a function (the chunk) 200 locals.
 
-do
+function LOADERS.stepped_window()
+  local Packed = packed_rows()
   local sw = {}
-  ALG.stepped_window = sw
 
   local AT, TOTAL = 1, 2
 
@@ -254,4 +251,6 @@ do
     local newest_start = B.sub(B.sub(sw.expires_at(L, st), L.p), L.step)
     return count_at(L, st, B.max(now, newest_start))
   end
+
+  return sw
 end

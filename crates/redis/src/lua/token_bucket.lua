@@ -9,93 +9,97 @@
 -- an i64 saturating at i64::MIN, i.e. `missing` at most `cap + 2^63` (only
 -- reachable when reservations pile up at u64::MAX).
 
-local token_bucket = {}
-ALG.token_bucket = token_bucket
+function LOADERS.token_bucket()
+  local BUCKET = bucket_math()
+  local token_bucket = {}
 
-local TWO_POW_63 = B.parse('9223372036854775808')
+  local TWO_POW_63 = B.parse('9223372036854775808')
 
-function token_bucket.parse(f)
-  local L = BUCKET.parse(f)
-  if f[5] == 'narrow' then
-    L.max_missing = B.add(L.cap, TWO_POW_63)
-  elseif f[5] ~= 'wide' then
-    error('tollgate: bad token storage: ' .. tostring(f[5]))
+  function token_bucket.parse(f)
+    local L = BUCKET.parse(f)
+    if f[5] == 'narrow' then
+      L.max_missing = B.add(L.cap, TWO_POW_63)
+    elseif f[5] ~= 'wide' then
+      error('tollgate: bad token storage: ' .. tostring(f[5]))
+    end
+    return L
   end
-  return L
-end
 
-function token_bucket.decode(L, text)
-  if text == nil then return { missing = B.ZERO, last = B.ZERO } end
-  local w = words(text)
-  return {
-    missing = number_field(w[1], 'token_bucket state'),
-    last = number_field(w[2], 'token_bucket state'),
-  }
-end
-
-function token_bucket.encode(L, st)
-  return B.str(st.missing) .. ' ' .. B.str(st.last)
-end
-
--- Rust `refilled`: tokens at max(now, last) and that instant. Here the units
--- missing then: cap - min(cap, tokens + refill) = missing - refill (at 0).
-local function refilled(L, st, now)
-  local at = B.max(now, st.last)
-  return B.sub(st.missing, BUCKET.refill(L, B.sub(at, st.last))), at
-end
-
-function token_bucket.evaluate(L, st, now, cost)
-  local missing, at = refilled(L, st, now)
-  local lag = B.sub(at, now)
-  local function after_wait(units)
-    return B.sat64(B.add(BUCKET.nanos_for(L, units), lag))
+  function token_bucket.decode(L, text)
+    if text == nil then return { missing = B.ZERO, last = B.ZERO } end
+    local w = words(text)
+    return {
+      missing = number_field(w[1], 'token_bucket state'),
+      last = number_field(w[2], 'token_bucket state'),
+    }
   end
-  -- cap - (tokens - need): tokens >= need exactly when it is at most cap.
-  local short = B.add(missing, BUCKET.units(L, cost))
-  local d
-  if B.cmp(short, L.cap) <= 0 then
-    d = decision(true, L.burst)
-    d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, short))
-    d.reset_after = after_wait(short)
-  else
-    d = decision(false, L.burst)
-    -- to_unsigned(tokens): zero when the count is negative.
-    d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, missing))
-    d.retry_after = after_wait(B.sub(short, L.cap))
-    d.reset_after = after_wait(missing)
+
+  function token_bucket.encode(L, st)
+    return B.str(st.missing) .. ' ' .. B.str(st.last)
   end
-  return d
-end
 
-function token_bucket.commit(L, st, now, cost)
-  local missing, at = refilled(L, st, now)
-  missing = B.add(missing, BUCKET.units(L, cost))
-  if L.max_missing ~= nil then
-    missing = B.min(missing, L.max_missing)
+  -- Rust `refilled`: tokens at max(now, last) and that instant. Here the units
+  -- missing then: cap - min(cap, tokens + refill) = missing - refill (at 0).
+  local function refilled(L, st, now)
+    local at = B.max(now, st.last)
+    return B.sub(st.missing, BUCKET.refill(L, B.sub(at, st.last))), at
   end
-  st.missing = missing
-  st.last = at
-  return nil
-end
 
-function token_bucket.next_available(L, st, now, cost)
-  local missing, at = refilled(L, st, now)
-  local short = B.add(missing, BUCKET.units(L, cost))
-  if B.cmp(short, L.cap) <= 0 then
-    return now
+  function token_bucket.evaluate(L, st, now, cost)
+    local missing, at = refilled(L, st, now)
+    local lag = B.sub(at, now)
+    local function after_wait(units)
+      return B.sat64(B.add(BUCKET.nanos_for(L, units), lag))
+    end
+    -- cap - (tokens - need): tokens >= need exactly when it is at most cap.
+    local short = B.add(missing, BUCKET.units(L, cost))
+    local d
+    if B.cmp(short, L.cap) <= 0 then
+      d = decision(true, L.burst)
+      d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, short))
+      d.reset_after = after_wait(short)
+    else
+      d = decision(false, L.burst)
+      -- to_unsigned(tokens): zero when the count is negative.
+      d.remaining = BUCKET.whole_tokens(L, B.sub(L.cap, missing))
+      d.retry_after = after_wait(B.sub(short, L.cap))
+      d.reset_after = after_wait(missing)
+    end
+    return d
   end
-  return B.sat64(B.add(at, BUCKET.nanos_for(L, B.sub(short, L.cap))))
-end
 
-function token_bucket.slot(L, st, now, cost)
-  local at = token_bucket.next_available(L, st, now, cost)
-  return { at = at, wait = B.sub(at, now) }
-end
+  function token_bucket.commit(L, st, now, cost)
+    local missing, at = refilled(L, st, now)
+    missing = B.add(missing, BUCKET.units(L, cost))
+    if L.max_missing ~= nil then
+      missing = B.min(missing, L.max_missing)
+    end
+    st.missing = missing
+    st.last = at
+    return nil
+  end
 
-function token_bucket.book(L, st, now, slot, cost)
-  token_bucket.commit(L, st, slot.at, cost)
-end
+  function token_bucket.next_available(L, st, now, cost)
+    local missing, at = refilled(L, st, now)
+    local short = B.add(missing, BUCKET.units(L, cost))
+    if B.cmp(short, L.cap) <= 0 then
+      return now
+    end
+    return B.sat64(B.add(at, BUCKET.nanos_for(L, B.sub(short, L.cap))))
+  end
 
-function token_bucket.expires_at(L, st)
-  return B.sat64(B.add(st.last, BUCKET.nanos_for(L, st.missing)))
+  function token_bucket.slot(L, st, now, cost)
+    local at = token_bucket.next_available(L, st, now, cost)
+    return { at = at, wait = B.sub(at, now) }
+  end
+
+  function token_bucket.book(L, st, now, slot, cost)
+    token_bucket.commit(L, st, slot.at, cost)
+  end
+
+  function token_bucket.expires_at(L, st)
+    return B.sat64(B.add(st.last, BUCKET.nanos_for(L, st.missing)))
+  end
+
+  return token_bucket
 end
