@@ -253,3 +253,26 @@ fn leaky_bucket_checks_queue_behind_booked_slots() {
     assert!(later.allowed);
     assert_eq!(later.delay, sec(1), "behind the request booked at 2 s");
 }
+
+/// Regression: reservations of `sliding_window_counter` piled up near the
+/// end of time computed the next windows' starts with an overflowing `+`
+/// (a panic in debug builds, a wrap in release ones). Instants now saturate
+/// at `u64::MAX`, as in every other algorithm.
+#[test]
+fn sliding_counter_reservations_near_the_end_of_time_saturate() {
+    let alg =
+        SlidingWindowCounter::new(tollgate_core::Rate::new(2, Duration::from_secs(1)).unwrap());
+    let mut state = alg.new_state();
+    let now = u64::MAX - 1_500_000_000;
+    let mut last = Duration::ZERO;
+    for _ in 0..8 {
+        match alg.reserve(&mut state, now, 1, None) {
+            Ok(r) => {
+                assert!(r.wait >= last, "{:?} after {last:?}", r.wait);
+                last = r.wait;
+            }
+            Err(err) => panic!("{err:?}"),
+        }
+        assert!(alg.next_available(&state, now, 1) >= now);
+    }
+}

@@ -71,27 +71,30 @@ impl SlidingWindowCounter {
         let window = from / self.p;
         let start = window * self.p;
         // This window, the next (this one's count becomes prev), the one after
-        // (both empty: always fits, since cost ≤ N).
-        let candidates = [(prev, curr, start), (curr, 0, start + self.p)];
+        // (both empty: always fits, since cost ≤ N). Instants saturate at
+        // u64::MAX (reservations piled up near the end of time).
+        let candidates = [(prev, curr, start), (curr, 0, start.saturating_add(self.p))];
         for (prev, curr, start) in candidates {
             if curr + cost > self.n {
                 continue;
             }
             let e = self.first_elapsed_within(prev, self.n - curr - cost);
             if e < self.p {
-                return from.max(start + e);
+                return from.max(start.saturating_add(e));
             }
         }
-        start + 2 * self.p
+        start.saturating_add(self.p.saturating_mul(2))
     }
 
     /// When a state with these counts in `window` stops weighing anything.
     fn quiet_from(&self, window: u64, prev: u64, curr: u64) -> u64 {
         let start = window.saturating_mul(self.p);
         if curr > 0 {
-            start + self.p + self.first_elapsed_within(curr, 0)
+            start
+                .saturating_add(self.p)
+                .saturating_add(self.first_elapsed_within(curr, 0))
         } else if prev > 0 {
-            start + self.first_elapsed_within(prev, 0)
+            start.saturating_add(self.first_elapsed_within(prev, 0))
         } else {
             0
         }
