@@ -6,6 +6,7 @@
 //!   no `429` and nearly all of the quota.
 //! - When it only sends `Retry-After` on its `429`s, or nothing at all, the
 //!   `429`s stay few and the throughput converges to the provider's limit.
+//! - The same through `ReactiveLayer` around a tower service.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +16,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 use tollgate_client::clock::{Clock, TokioClock};
-use tollgate_client::reactive::{Adaptive, ReactiveLimiter};
+use tollgate_client::reactive::{Adaptive, ReactiveLayer, ReactiveLimiter};
+use tower::{Layer, ServiceExt};
 
 const LIMIT: usize = 100;
 const WINDOW: u64 = 10_000_000_000;
@@ -174,4 +176,64 @@ async fn bare_429s_adapt_the_rate() {
     );
     assert!(outcome.refused <= 120, "{}", outcome.refused);
     assert!(settled >= 0.8, "{settled}");
+}
+
+/// The provider as a tower service behind `ReactiveLayer`: the layer keys
+/// the requests by host, waits, and learns from the answers.
+#[tokio::test(start_paused = true)]
+async fn the_tower_layer_paces_a_service() {
+    // One clock for everything: each `TokioClock` maps tokio's instants to
+    // the epoch when it is made.
+    let clock = TokioClock::new();
+    let start = clock.now();
+    let limiter = Arc::new(ReactiveLimiter::with_clock(clock, Adaptive::default()));
+    let provider = Arc::new(Mutex::new(Provider {
+        publishes: Publishes::RetryAfter,
+        window: VecDeque::new(),
+        served: Vec::new(),
+        refused: 0,
+    }));
+    let (backend, backend_clock) = (Arc::clone(&provider), clock);
+    let service =
+        ReactiveLayer::new(limiter).layer(tower::service_fn(move |_request: http::Request<()>| {
+            let (backend, now) = (Arc::clone(&backend), backend_clock.now());
+            async move {
+                let (status, headers) = backend.lock().unwrap().call(now);
+                tokio::time::sleep(LATENCY).await;
+                let mut response = http::Response::new(());
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                *response.headers_mut() = headers;
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        }));
+    let end = start + RUN.as_nanos() as u64;
+    let tasks: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (service, clock) = (service.clone(), clock);
+            tokio::spawn(async move {
+                while clock.now() < end {
+                    let request = http::Request::get("http://provider.example/data")
+                        .body(())
+                        .unwrap();
+                    service.clone().oneshot(request).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let provider = provider.lock().unwrap();
+    let outcome = Outcome {
+        served: provider.served.clone(),
+        refused: provider.refused,
+        start,
+    };
+    let settled = outcome.share(300, 600);
+    eprintln!(
+        "layer: {} refused, {settled:.3} in the second half",
+        outcome.refused
+    );
+    assert!(outcome.refused <= 120, "{}", outcome.refused);
+    assert!(settled >= 0.9, "{settled}");
 }
