@@ -746,12 +746,26 @@ fn shutdown_answers_the_requests_in_flight() {
     let body = br#"{"key":"slow","limit":{"algorithm":"gcra","rate":"5/s"}}"#;
     let mut conn = std::net::TcpStream::connect(s.address()).unwrap();
     conn.set_read_timeout(Some(support::PATIENCE)).unwrap();
+    // `Expect: 100-continue`: the server answers `100 Continue` when the
+    // handler starts reading the body, which proves the request is in
+    // flight (a connection still in the listen queue would only be reset
+    // when the listener closes).
     write!(
         conn,
-        "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
+    let mut answer = String::new();
+    let mut buf = [0u8; 4096];
+    let mut read_until = |conn: &mut std::net::TcpStream, answer: &mut String, what: &str| {
+        while !answer.contains(what) {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "connection closed before {what:?}: {answer}");
+            answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    };
+    read_until(&mut conn, &mut answer, "100 Continue\r\n\r\n");
     conn.write_all(&body[..10]).unwrap();
     s.send_term();
     // Shutdown has begun once the listener refuses new connections.
@@ -764,13 +778,8 @@ fn shutdown_answers_the_requests_in_flight() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     conn.write_all(&body[10..]).unwrap();
-    let mut answer = String::new();
-    let mut buf = [0u8; 4096];
-    while !answer.contains("\"allowed\"") {
-        let n = conn.read(&mut buf).unwrap();
-        assert!(n > 0, "connection closed before the answer: {answer}");
-        answer.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    read_until(&mut conn, &mut answer, "\"allowed\"");
+    let answer = answer.trim_start_matches("HTTP/1.1 100 Continue\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(s.stop().success());
 }
