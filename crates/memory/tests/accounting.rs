@@ -3,7 +3,10 @@
 //! tables grow, while eviction holds them at the cap, after sweeps shrink
 //! them, and for states that own heap memory.
 //!
-//! Alone in its binary, so that no other test allocates while it measures.
+//! Alone in its binary, and without libtest's harness (`harness = false`:
+//! `main` runs it on the only thread), so that nothing else allocates while
+//! it measures — libtest's own bookkeeping on its main thread could, late
+//! on a loaded machine.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -46,8 +49,13 @@ fn assert_agree(store: &MemoryStore, base: usize, used: usize, what: std::fmt::A
     }
 }
 
-/// One test, so that nothing else in this binary runs while it measures.
-#[test]
+/// The whole check, on the process's only thread; a failed assertion
+/// panics and exits non-zero.
+fn main() {
+    accounting_matches_the_allocator_to_the_byte();
+    println!("accounting_matches_the_allocator_to_the_byte ... ok");
+}
+
 fn accounting_matches_the_allocator_to_the_byte() {
     fixed_size_states();
     heap_owned_by_states();
