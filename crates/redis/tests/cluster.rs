@@ -25,6 +25,30 @@ fn tag(store: &RedisStore, key: &[u8]) -> String {
     full[start..=end].to_owned()
 }
 
+/// Checks `request` until the cluster serves its slot again (30 s at most),
+/// each call answering within 2 s, failed or not.
+async fn check_until_served(
+    store: &RedisStore,
+    request: LimitKey<'_>,
+    never: &str,
+) -> Vec<tollgate_core::Decision> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let started = Instant::now();
+        let result = store.check(&[request], Moment::Now, 1).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        if let Ok(d) = result {
+            return d;
+        }
+        assert!(Instant::now() < deadline, "{never}: {result:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[test]
 fn checks_work_across_slots_and_survive_a_master_failover() {
     let mut cluster = RedisCluster::start(3, 0);
@@ -119,26 +143,11 @@ fn checks_work_across_slots_and_survive_a_master_failover() {
     });
     cluster.nodes[master].restart();
     cluster.wait_until_ok();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let served = runtime.block_on(async {
-        loop {
-            let started = Instant::now();
-            let result = store.check(&[carol], Moment::Now, 1).await;
-            assert!(
-                started.elapsed() < Duration::from_secs(2),
-                "{:?}",
-                started.elapsed()
-            );
-            if let Ok(d) = result {
-                return d;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the slot was never served again: {result:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let served = runtime.block_on(check_until_served(
+        &store,
+        carol,
+        "the slot was never served again",
+    ));
     assert!(served[0].allowed);
 }
 
@@ -171,26 +180,11 @@ fn a_replica_takes_over_when_its_master_dies() {
     assert_eq!(acked.trim(), ":1", "the replica acknowledged the writes");
     cluster.nodes[master].kill();
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let decision = runtime.block_on(async {
-        loop {
-            let started = Instant::now();
-            let result = store.check(&[dave], Moment::Now, 1).await;
-            assert!(
-                started.elapsed() < Duration::from_secs(2),
-                "{:?}",
-                started.elapsed()
-            );
-            if let Ok(d) = result {
-                return d;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the replica never took over: {result:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let decision = runtime.block_on(check_until_served(
+        &store,
+        dave,
+        "the replica never took over",
+    ));
     assert!(decision[0].allowed);
     assert_eq!(decision[0].remaining, 2, "the replica kept the count");
     let promoted = cluster.master_of(&tag(&store, b"dave"));
