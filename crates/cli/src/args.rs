@@ -30,6 +30,13 @@ pub enum Command {
     /// wins over the file.
     // Boxed: the settings are many, and the other subcommands small.
     Serve(Box<ServeArgs>),
+    /// Run the gateway: a reverse proxy to one upstream, where the rate
+    /// limits will apply to every request.
+    ///
+    /// Every flag may also come from a `TOLLGATE_*` environment variable or
+    /// from the `--config` file; a flag wins over the environment, which
+    /// wins over the file.
+    Gateway(Box<GatewayArgs>),
     /// Validate rules files without serving; exits 1 with file:line:reason
     /// on the first error.
     CheckRules(CheckRulesArgs),
@@ -94,6 +101,45 @@ pub struct ServeArgs {
     /// Rules file or directory (reloaded when it changes).
     #[arg(long, env = "TOLLGATE_RULES")]
     pub rules: Option<PathBuf>,
+    /// The store and its settings.
+    #[command(flatten)]
+    pub storage: StoreArgs,
+    /// Honour `at_ms` in requests (client-side deployments and tests).
+    #[arg(long, env = "TOLLGATE_TRUST_CLIENT_TIME")]
+    pub trust_client_time: bool,
+    /// Save the memory store here on shutdown and periodically; load it at
+    /// start.
+    #[arg(long, env = "TOLLGATE_SNAPSHOT")]
+    pub snapshot: Option<PathBuf>,
+    /// Seconds between periodic snapshots; 0 saves only on shutdown
+    /// [default: 60].
+    #[arg(long, env = "TOLLGATE_SNAPSHOT_INTERVAL")]
+    pub snapshot_interval: Option<u64>,
+    /// Bearer token for admin routes (key reset, rules reload).
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Shadow mode for every rule: decide, count, report, never reject.
+    #[arg(long, env = "TOLLGATE_SHADOW")]
+    pub shadow: bool,
+    /// Largest request body in bytes [default: 65536].
+    #[arg(long, env = "TOLLGATE_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Longest key in bytes [default: 1024].
+    #[arg(long, env = "TOLLGATE_MAX_KEY_BYTES")]
+    pub max_key_bytes: Option<usize>,
+    /// Leave out the rate-limit headers.
+    #[arg(long, env = "TOLLGATE_NO_HEADERS")]
+    pub no_headers: bool,
+    /// Log format: `text` or `json` [default: text]. The level comes from
+    /// `RUST_LOG` (default `info`).
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+/// Where limiter state lives, and the settings of a shared store; the same
+/// flags for `serve` and `gateway`.
+#[derive(Debug, Args, Default)]
+pub struct StoreArgs {
     /// Where limiter state lives: `memory`, or a shared Redis:
     /// `redis://host:port/db`, `rediss://…` (TLS), `unix:///path`,
     /// `redis+unix:///path`, `redis+cluster://host:port,host:port,…`
@@ -131,32 +177,63 @@ pub struct ServeArgs {
     /// Memory store cap in bytes [default: 268435456].
     #[arg(long, env = "TOLLGATE_MEMORY_MAX_BYTES")]
     pub memory_max_bytes: Option<usize>,
-    /// Honour `at_ms` in requests (client-side deployments and tests).
-    #[arg(long, env = "TOLLGATE_TRUST_CLIENT_TIME")]
-    pub trust_client_time: bool,
-    /// Save the memory store here on shutdown and periodically; load it at
-    /// start.
-    #[arg(long, env = "TOLLGATE_SNAPSHOT")]
-    pub snapshot: Option<PathBuf>,
-    /// Seconds between periodic snapshots; 0 saves only on shutdown
-    /// [default: 60].
-    #[arg(long, env = "TOLLGATE_SNAPSHOT_INTERVAL")]
-    pub snapshot_interval: Option<u64>,
-    /// Bearer token for admin routes (key reset, rules reload).
-    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+}
+
+/// `tollgate gateway`.
+#[derive(Debug, Args, Default)]
+pub struct GatewayArgs {
+    /// A TOML file with any of the settings below (keys as the flag names,
+    /// with `_` for `-`).
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The upstream requests are forwarded to:
+    /// `http[s]://host[:port][/base]` (required; here, in
+    /// `TOLLGATE_UPSTREAM` or in the config file).
+    #[arg(long, env = "TOLLGATE_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// PEM file of the CA certificates to trust for an `https://` upstream,
+    /// instead of the system's.
+    #[arg(long, env = "TOLLGATE_UPSTREAM_TLS_CA")]
+    pub upstream_tls_ca: Option<PathBuf>,
+    /// Address the gateway listens on, HTTP/1.1 and HTTP/2 (prior
+    /// knowledge) [default: 127.0.0.1:8000].
+    #[arg(long, env = "TOLLGATE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Address of the admin port (`/healthz`, `/readyz`, `/metrics`); none
+    /// when absent, since every path of the main port goes upstream.
+    #[arg(long, env = "TOLLGATE_ADMIN")]
+    pub admin: Option<SocketAddr>,
+    /// Longest wait for the upstream's answer headers before answering
+    /// `504`, e.g. `30s`, `500ms` [default: 30s].
+    #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT")]
+    pub upstream_timeout: Option<String>,
+    /// Rules file or directory (reloaded when it changes).
+    #[arg(long, env = "TOLLGATE_RULES")]
+    pub rules: Option<PathBuf>,
+    /// The rules domain that applies to the gateway's requests; may be left
+    /// out when the rules hold one domain.
+    #[arg(long, env = "TOLLGATE_DOMAIN")]
+    pub domain: Option<String>,
+    /// Proxies whose forwarding field (`--forwarded-header`) is believed
+    /// when finding a request's client address: CIDRs or addresses,
+    /// comma-separated (`10.0.0.0/8,192.0.2.7`) [default: none].
+    #[arg(long, env = "TOLLGATE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<String>,
+    /// The field trusted proxies tell the client's address in:
+    /// `x-forwarded-for` or `forwarded` (RFC 7239). Only one is read, so a
+    /// client cannot pick its address by sending the other one
+    /// [default: x-forwarded-for].
+    #[arg(long, env = "TOLLGATE_FORWARDED_HEADER")]
+    pub forwarded_header: Option<String>,
     /// Shadow mode for every rule: decide, count, report, never reject.
     #[arg(long, env = "TOLLGATE_SHADOW")]
     pub shadow: bool,
-    /// Largest request body in bytes [default: 65536].
-    #[arg(long, env = "TOLLGATE_MAX_BODY_BYTES")]
-    pub max_body_bytes: Option<usize>,
-    /// Longest key in bytes [default: 1024].
-    #[arg(long, env = "TOLLGATE_MAX_KEY_BYTES")]
-    pub max_key_bytes: Option<usize>,
     /// Leave out the rate-limit headers.
     #[arg(long, env = "TOLLGATE_NO_HEADERS")]
     pub no_headers: bool,
+    /// The store and its settings.
+    #[command(flatten)]
+    pub storage: StoreArgs,
     /// Log format: `text` or `json` [default: text]. The level comes from
     /// `RUST_LOG` (default `info`).
     #[arg(long, env = "TOLLGATE_LOG_FORMAT")]

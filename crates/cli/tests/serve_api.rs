@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use reqwest::blocking::Response;
 use serde_json::{json, Value};
 use support::Server;
+use tollgate_testkit::sf_list_members;
 
 /// A minute boundary (so fixed windows start here) in ms since the epoch.
 const T0: u64 = 28_333_333 * 60_000;
@@ -176,21 +177,10 @@ fn databox_increment_records_calls_over_the_limit() {
 
 /// The members of a Structured Field list: name and integer parameters.
 fn sf_list(response: &Response, header: &str) -> Vec<(String, BTreeMap<String, i64>)> {
-    let text = response.headers()[header].to_str().unwrap().to_owned();
-    let list: sfv::List = sfv::Parser::new(&text).parse_list().unwrap();
-    list.into_iter()
-        .map(|entry| {
-            let sfv::ListEntry::Item(item) = entry else {
-                panic!("inner list in {header}: {text}");
-            };
-            let name = item.bare_item.as_string().unwrap().as_str().to_owned();
-            let params = item
-                .params
-                .iter()
-                .map(|(k, v)| (k.as_str().to_owned(), i64::from(v.as_integer().unwrap())))
-                .collect();
-            (name, params)
-        })
+    let text = response.headers()[header].to_str().unwrap();
+    sf_list_members(text)
+        .into_iter()
+        .map(|(name, params)| (name, params.into_iter().collect()))
         .collect()
 }
 
@@ -599,6 +589,29 @@ fn sigterm_stops_the_server_cleanly() {
     let s = Server::start(&[]);
     assert_eq!(s.get("/healthz").status(), 200);
     assert!(s.stop().success());
+}
+
+#[test]
+fn settings_or_rules_that_cannot_be_used_exit_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    support::write(
+        &bad,
+        "domain: api\ndescriptors:\n  - key: user\n    colour: red\n",
+    );
+    for args in [
+        vec!["--on-store-error", "shrug"],
+        vec!["--rules", bad.to_str().unwrap()],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("serve")
+            .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?} started");
+    }
 }
 
 #[test]

@@ -32,9 +32,11 @@ use tollgate_client::waiter::{GcraWaiter, RingWaiter};
 use tollgate_core::Rate;
 
 const PER_SECOND: u32 = 1_000_000_000;
-/// 131,072 per millisecond (a 1 MiB ring): one permit every 7.6 ns, more
-/// than a thread can ask for, so it never waits either.
-const RING_PER_MS: u64 = 1 << 17;
+/// 524,288 per millisecond (a 4 MiB ring): one permit every 1.9 ns, more
+/// than two threads can ask for, so it never waits either. (At 131,072 per
+/// millisecond, two threads at real-time priority did ask for more, waited
+/// for the runtime's millisecond timer, and the figure measured sleeping.)
+const RING_PER_MS: u64 = 1 << 19;
 const THREADS: [usize; 2] = [1, 2];
 
 /// Runs `iters` acquisitions split over `threads`, each thread on its own

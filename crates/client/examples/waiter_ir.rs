@@ -29,7 +29,7 @@ fn main() {
         .unwrap();
     match which.as_str() {
         "ring" => {
-            let waiter = RingWaiter::new(Rate::from_nanos(1 << 17, 1_000_000).unwrap()).unwrap();
+            let waiter = RingWaiter::new(Rate::from_nanos(1 << 19, 1_000_000).unwrap()).unwrap();
             runtime.block_on(ring(&waiter, permits));
         }
         "gcra" => {

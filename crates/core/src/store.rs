@@ -153,3 +153,64 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 }
+
+/// A shared store is a store, so one store can serve a middleware layer and
+/// a readiness probe at once.
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn check(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        (**self).check(requests, at, cost)
+    }
+
+    fn reserve(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> impl Future<Output = Result<MultiReservation, StoreError>> + Send {
+        (**self).reserve(requests, at, cost, max_wait)
+    }
+
+    fn next_available(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).next_available(request, at, cost)
+    }
+
+    fn record(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).record(request, at, cost)
+    }
+
+    fn release(
+        &self,
+        request: LimitKey<'_>,
+        lease: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).release(request, lease)
+    }
+
+    fn reset(&self, key: &[u8]) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        (**self).reset(key)
+    }
+
+    fn now(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).now()
+    }
+
+    fn status(&self) -> impl Future<Output = StoreStatus> + Send {
+        (**self).status()
+    }
+}

@@ -1,10 +1,15 @@
-//! Keys hashed once to a 128-bit [`Fingerprint`] with SipHash-1-3 under a
+//! Keys hashed once to a 64-bit [`Fingerprint`] with SipHash-1-3 under a
 //! secret per-store [`Seed`].
 //!
-//! Tables store fingerprints, never keys: a key of any length costs 16 bytes.
-//! Two keys share a state only if their fingerprints collide, which takes
-//! about 2^64 keys by chance; because the seed is random and secret, callers
-//! cannot craft collisions (or pile keys into one shard) on purpose. This
+//! Tables store fingerprints, never keys: a key of any length costs 8 bytes,
+//! so the state of a `gcra`, `token_bucket` or `fixed_window` key and its
+//! fingerprint fill 24 bytes. Two keys share a state only if their
+//! fingerprints collide: among `n` keys of one limit that happens with a
+//! probability of about `n² / 2^65` (one in 37,000 for ten million keys, one
+//! in 37 million for a million), and because the seed is random and secret,
+//! callers cannot craft collisions (or pile keys into one shard) on purpose.
+//! The fingerprint is the first half of SipHash-1-3's 128-bit output, the
+//! whole fingerprint of earlier versions, so their snapshots still load. This
 //! module owns the hashing and the split of a fingerprint into shard index
 //! and table hash; it does not own the tables.
 
@@ -42,8 +47,8 @@ impl Seed {
     pub(crate) fn fingerprint(&self, key: &[u8]) -> Fingerprint {
         let mut hasher = SipHasher13::new_with_keys(self.k0, self.k1);
         hasher.write(key);
-        let Hash128 { h1, h2 } = hasher.finish128();
-        Fingerprint { hi: h1, lo: h2 }
+        let Hash128 { h1, .. } = hasher.finish128();
+        Fingerprint(h1)
     }
 }
 
@@ -65,7 +70,7 @@ thread_local! {
             // No key has this length: the first lookup misses.
             len: usize::MAX,
             key: [0; RECENT_KEY_BYTES],
-            fp: Fingerprint { hi: 0, lo: 0 },
+            fp: Fingerprint(0),
         })
     };
 }
@@ -75,7 +80,7 @@ impl Seed {
     /// each thread asked for: traffic is skewed, the same key often comes
     /// back-to-back, and comparing a few bytes costs a fraction of the
     /// 128-bit SipHash. A miss costs the comparison and a copy of the key.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn fingerprint_recent(&self, key: &[u8]) -> Fingerprint {
         if key.len() > RECENT_KEY_BYTES {
             return self.fingerprint(key);
@@ -84,16 +89,75 @@ impl Seed {
             let Ok(mut recent) = recent.try_borrow_mut() else {
                 return self.fingerprint(key);
             };
-            if recent.len == key.len() && recent.seed == *self && recent.key[..key.len()] == *key {
+            if recent.len == key.len()
+                && recent.seed == *self
+                && same_short_bytes(&recent.key[..key.len()], key)
+            {
                 return recent.fp;
             }
-            let fp = self.fingerprint(key);
-            recent.seed = *self;
-            recent.len = key.len();
-            recent.key[..key.len()].copy_from_slice(key);
-            recent.fp = fp;
-            fp
+            self.remember(&mut recent, key)
         })
+    }
+
+    /// The miss of [`fingerprint_recent`](Self::fingerprint_recent), out of
+    /// line so that the hit stays small: hashes `key` (at most
+    /// [`RECENT_KEY_BYTES`] long) and remembers it.
+    #[inline(never)]
+    fn remember(&self, recent: &mut Recent, key: &[u8]) -> Fingerprint {
+        let fp = self.fingerprint(key);
+        recent.seed = *self;
+        recent.len = key.len();
+        copy_short_bytes(&mut recent.key, key);
+        recent.fp = fp;
+        fp
+    }
+}
+
+/// Copies `key` (at most 32 bytes) to the front of `to`: whole words, as
+/// [`same_short_bytes`] compares them, rather than a call to `memcpy`.
+#[inline(always)]
+fn copy_short_bytes(to: &mut [u8; RECENT_KEY_BYTES], key: &[u8]) {
+    let len = key.len();
+    let mut word = |at: usize| to[at..at + 8].copy_from_slice(&key[at..at + 8]);
+    match len {
+        16..=RECENT_KEY_BYTES => {
+            word(0);
+            word(8);
+            word(len - 16);
+            word(len - 8);
+        }
+        8..16 => {
+            word(0);
+            word(len - 8);
+        }
+        _ => to[..len].copy_from_slice(key),
+    }
+}
+
+/// Whether `a` and `b`, of one length of at most 32 bytes, hold the same
+/// bytes: two or four word comparisons (overlapping when the length is not a
+/// multiple of eight) instead of a call to `memcmp`, which on a hot key cost
+/// as much as the rest of the remembered-key lookup.
+#[inline(always)]
+fn same_short_bytes(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    match len {
+        16..=RECENT_KEY_BYTES => {
+            word(a, 0) == word(b, 0)
+                && word(a, 8) == word(b, 8)
+                && word(a, len - 16) == word(b, len - 16)
+                && word(a, len - 8) == word(b, len - 8)
+        }
+        8..16 => word(a, 0) == word(b, 0) && word(a, len - 8) == word(b, len - 8),
+        _ => a == b,
     }
 }
 
@@ -103,45 +167,35 @@ impl fmt::Debug for Seed {
     }
 }
 
-/// A key's 128-bit hash, kept as two `u64` so entries stay 8-byte aligned.
+/// A key's 64-bit hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Fingerprint {
-    hi: u64,
-    lo: u64,
-}
+pub(crate) struct Fingerprint(u64);
 
 impl Fingerprint {
-    /// The hash the shard's table is probed with (independent of the shard
-    /// index).
+    /// The hash the shard's table is probed with: all of it (hashbrown
+    /// places by its low bits and tags with its top seven, neither of which
+    /// the shard index uses while a shard holds fewer than 2^32 buckets).
     pub(crate) fn table_hash(&self) -> u64 {
-        self.hi
+        self.0
     }
 
-    /// The 16 bytes a snapshot stores.
-    pub(crate) fn to_bytes(self) -> [u8; 16] {
-        let mut out = [0; 16];
-        out[..8].copy_from_slice(&self.hi.to_le_bytes());
-        out[8..].copy_from_slice(&self.lo.to_le_bytes());
-        out
+    /// The 8 bytes a snapshot stores.
+    pub(crate) fn to_bytes(self) -> [u8; 8] {
+        self.0.to_le_bytes()
     }
 
-    /// The fingerprint [`to_bytes`](Self::to_bytes) wrote.
-    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Fingerprint {
-        let half = |b: &[u8]| {
-            b.iter()
-                .rev()
-                .fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
-        };
-        Fingerprint {
-            hi: half(&bytes[..8]),
-            lo: half(&bytes[8..]),
-        }
+    /// The fingerprint [`to_bytes`](Self::to_bytes) wrote, or the first 8
+    /// of the 16 bytes of a version 1 snapshot.
+    pub(crate) fn from_bytes(bytes: [u8; 8]) -> Fingerprint {
+        Fingerprint(u64::from_le_bytes(bytes))
     }
 
-    /// The shard among `mask + 1` (a power of two) that holds this key.
+    /// The shard among `mask + 1` (a power of two) that holds this key: bits
+    /// 32 and up, so that it can be found again from the fingerprint alone
+    /// (a snapshot restored into a store with another shard count).
     pub(crate) fn shard(&self, mask: usize) -> usize {
         // Truncation on 32-bit targets keeps the low bits, which is all we use.
-        (self.lo as usize) & mask
+        ((self.0 >> 32) as usize) & mask
     }
 }
 
@@ -178,6 +232,38 @@ mod tests {
     }
 
     #[test]
+    fn short_keys_compare_byte_for_byte() {
+        let base: Vec<u8> = (0..=RECENT_KEY_BYTES as u8).collect();
+        for len in 0..=RECENT_KEY_BYTES {
+            let a = &base[..len];
+            assert!(same_short_bytes(a, a), "{len}");
+            if len > 0 {
+                assert!(!same_short_bytes(a, &base[1..=len]), "{len}: shifted");
+            }
+            for i in 0..len {
+                let mut b = a.to_vec();
+                b[i] ^= 0x40;
+                assert!(!same_short_bytes(a, &b), "{len}: byte {i} differs");
+            }
+        }
+        assert!(!same_short_bytes(b"ab", b"abc"));
+    }
+
+    #[test]
+    fn short_keys_are_copied_byte_for_byte() {
+        let base: Vec<u8> = (1..=RECENT_KEY_BYTES as u8).collect();
+        for len in 0..=RECENT_KEY_BYTES {
+            let mut to = [0u8; RECENT_KEY_BYTES];
+            copy_short_bytes(&mut to, &base[..len]);
+            assert_eq!(&to[..len], &base[..len], "{len}");
+            assert!(
+                to[len..].iter().all(|&b| b == 0),
+                "{len}: nothing past the key"
+            );
+        }
+    }
+
+    #[test]
     fn random_seeds_differ_and_are_not_printed() {
         let (a, b) = (Seed::random(), Seed::random());
         assert_ne!(a, b);
@@ -198,8 +284,18 @@ mod tests {
     }
 
     #[test]
-    fn a_fingerprint_is_two_aligned_words() {
-        assert_eq!(std::mem::size_of::<Fingerprint>(), 16);
-        assert_eq!(std::mem::align_of::<Fingerprint>(), 8);
+    fn a_fingerprint_is_one_word_and_round_trips() {
+        assert_eq!(std::mem::size_of::<Fingerprint>(), 8);
+        let fp = Seed { k0: 5, k1: 6 }.fingerprint(b"user:1");
+        assert_eq!(Fingerprint::from_bytes(fp.to_bytes()), fp);
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_first_half_of_the_128_bit_hash() {
+        // What version 1 snapshots stored in full; they load by it.
+        let seed = Seed { k0: 5, k1: 6 };
+        let mut hasher = SipHasher13::new_with_keys(5, 6);
+        hasher.write(b"user:1");
+        assert_eq!(seed.fingerprint(b"user:1").0, hasher.finish128().h1);
     }
 }

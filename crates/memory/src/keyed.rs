@@ -14,19 +14,18 @@ use tollgate_core::algorithm::{
 #[repr(align(32))]
 pub(crate) struct Line32;
 
-/// Aligns a table entry to a 64-byte cache line (a zero-sized field).
-#[derive(Debug, Clone, Copy, Default)]
-#[repr(align(64))]
-pub(crate) struct Line64;
-
 /// An [`Algorithm`] a keyed table can hold.
 pub(crate) trait Keyed: Algorithm + StateCodec {
     /// A zero-sized type whose alignment the table's entries take. An entry
-    /// of 32 or 64 bytes aligned to its size never straddles two cache
-    /// lines, which an 8-aligned one in a table allocated at an odd multiple
-    /// of 16 bytes does half (or all) of the time: over many keys, that is
-    /// one cache miss more per check. `()` keeps the natural alignment, for
-    /// entries that alignment would only grow.
+    /// of 32 bytes aligned to its size never straddles two cache lines,
+    /// which an 8-aligned one in a table allocated at an odd multiple of 16
+    /// bytes does half of the time: over many keys, that is one cache miss
+    /// more per check. `()` keeps the natural alignment, for entries that
+    /// alignment would only grow: the 24-byte entries of `gcra`,
+    /// `token_bucket` and `fixed_window` straddle a line one time in four,
+    /// and the 48- and 56-byte ones of `concurrency`, the sliding log and the
+    /// stepped window most of the time; over many keys a smaller table
+    /// measured faster than aligned entries (docs/benchmarks.md).
     type Line: Copy + Default + std::fmt::Debug + Send + Sync + 'static;
 
     /// Counts `cost` at `at` even when over the limit and returns the count
@@ -45,27 +44,27 @@ pub(crate) trait Keyed: Algorithm + StateCodec {
 }
 
 impl Keyed for TokenBucket<Narrow> {
-    type Line = Line32;
+    type Line = ();
 }
 
 impl Keyed for TokenBucket<Wide> {
-    type Line = ();
+    type Line = Line32;
 }
 
 impl Keyed for Gcra {
-    type Line = Line32;
-}
-
-impl Keyed for LeakyBucket {
     type Line = ();
 }
 
-impl Keyed for FixedWindow {
+impl Keyed for LeakyBucket {
     type Line = Line32;
 }
 
+impl Keyed for FixedWindow {
+    type Line = ();
+}
+
 impl Keyed for SlidingWindowLog {
-    type Line = Line64;
+    type Line = ();
 }
 
 impl Keyed for SlidingWindowCounter {
@@ -73,11 +72,11 @@ impl Keyed for SlidingWindowCounter {
 }
 
 impl Keyed for Concurrency {
-    type Line = Line64;
+    type Line = ();
 }
 
 impl Keyed for SteppedWindow {
-    type Line = Line64;
+    type Line = ();
 
     fn record_and_count(
         &self,

@@ -21,14 +21,16 @@
 //!
 //! # How keys are stored
 //!
-//! A key is hashed once to a 128-bit fingerprint (SipHash-1-3 under a random
+//! A key is hashed once to a 64-bit fingerprint (SipHash-1-3 under a random
 //! per-store [`Seed`]; each thread remembers the last short key it hashed, so
-//! a hot key is not hashed again on every check); tables store the fingerprint and the algorithm's
-//! state, nothing else — 32 bytes per entry for `gcra`, `fixed_window` and
-//! `token_bucket` (40 for the rare token bucket whose capacity needs a
-//! 128-bit count), plus one control byte per bucket. Entries of 32 and 64
-//! bytes are aligned to their size, so that none straddles two cache lines
-//! (`keyed.rs` says which). A table is split
+//! a hot key is not hashed again on every check); tables store the
+//! fingerprint and the algorithm's state, nothing else — 24 bytes per entry
+//! for `gcra`, `fixed_window` and `token_bucket` (32 for the rare token
+//! bucket whose capacity needs a 128-bit count), plus one control byte per
+//! bucket. Two keys of one limit share a state only when their fingerprints
+//! collide, about `n² / 2^65` for `n` keys (see `fingerprint.rs`). Entries of
+//! 32 and 64 bytes are aligned to their size, so that none straddles two
+//! cache lines (`keyed.rs` says which). A table is split
 //! into shards (each a mutex around a hashbrown table, padded to a cache
 //! line); the fingerprint picks the shard. A missing key behaves as the
 //! algorithm's fresh state, and an operation that changes nothing (a peek, a
@@ -100,7 +102,9 @@ mod snapshot;
 mod store;
 mod table;
 
-pub use config::{MemoryConfig, DEFAULT_MAX_BYTES, MAX_SHARDS, MIN_DEFAULT_SHARDS};
+pub use config::{
+    MemoryConfig, DEFAULT_MAX_BYTES, MAX_DEFAULT_SHARDS, MAX_SHARDS, MIN_DEFAULT_SHARDS,
+};
 pub use fingerprint::Seed;
 pub use limiter::Limiter;
 pub use local::LocalStore;

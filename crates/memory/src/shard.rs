@@ -143,9 +143,9 @@ impl<A: Keyed> Shard<A> {
     }
 
     /// Checks `cost` (validated, non-zero) at `now` for `fp` and counts it
-    /// when admitted: [`update`](Self::update) with the algorithm's evaluate
-    /// and commit written out, so that the hot path inlines them and builds
-    /// its decision in place.
+    /// when admitted: [`update`](Self::update) with the algorithm's `admit`
+    /// written out, so that the hot path inlines it and builds its decision
+    /// in place.
     #[inline(always)]
     pub(crate) fn check(
         &mut self,
@@ -161,11 +161,10 @@ impl<A: Keyed> Shard<A> {
             None => (fresh.insert(alg.new_state()), false),
         };
         let before = if held { alg.heap_bytes(state) } else { 0 };
-        let mut decision = alg.evaluate(state, now, cost);
+        let decision = alg.admit(state, now, cost);
         if !decision.allowed {
             return decision;
         }
-        decision.lease = alg.commit(state, now, cost);
         if held && alg.heap_bytes(state) != before {
             self.settle_heap(cx, fp, before, now);
         }
@@ -295,32 +294,20 @@ mod tests {
 
     #[test]
     fn entries_are_a_fingerprint_and_a_state_and_nothing_else() {
-        eprintln!(
-            "leaky {} counter {} log {} stepped {} conc {}",
-            size_of::<Entry<LeakyBucket>>(),
-            size_of::<Entry<SlidingWindowCounter>>(),
-            size_of::<Entry<SlidingWindowLog>>(),
-            size_of::<Entry<SteppedWindow>>(),
-            size_of::<Entry<Concurrency>>()
-        );
-        assert_eq!(size_of::<Entry<Gcra>>(), 32);
-        assert_eq!(size_of::<Entry<TokenBucket>>(), 32);
-        assert_eq!(size_of::<Entry<TokenBucket<Wide>>>(), 40);
-        assert_eq!(size_of::<Entry<FixedWindow>>(), 32);
-        assert_eq!(size_of::<Entry<LeakyBucket>>(), 40);
-        assert_eq!(size_of::<Entry<SlidingWindowCounter>>(), 48);
-        assert_eq!(size_of::<Entry<SlidingWindowLog>>(), 64);
-        assert_eq!(size_of::<Entry<SteppedWindow>>(), 64);
-        assert_eq!(size_of::<Entry<Concurrency>>(), 64);
+        assert_eq!(size_of::<Entry<Gcra>>(), 24);
+        assert_eq!(size_of::<Entry<TokenBucket>>(), 24);
+        assert_eq!(size_of::<Entry<TokenBucket<Wide>>>(), 32);
+        assert_eq!(size_of::<Entry<FixedWindow>>(), 24);
+        assert_eq!(size_of::<Entry<LeakyBucket>>(), 32);
+        assert_eq!(size_of::<Entry<SlidingWindowCounter>>(), 40);
+        assert_eq!(size_of::<Entry<SlidingWindowLog>>(), 56);
+        assert_eq!(size_of::<Entry<SteppedWindow>>(), 56);
+        assert_eq!(size_of::<Entry<Concurrency>>(), 48);
     }
 
     #[test]
-    fn entries_of_32_and_64_bytes_are_aligned_to_their_size() {
-        assert_eq!(align_of::<Entry<Gcra>>(), 32);
-        assert_eq!(align_of::<Entry<TokenBucket>>(), 32);
-        assert_eq!(align_of::<Entry<FixedWindow>>(), 32);
-        assert_eq!(align_of::<Entry<SlidingWindowLog>>(), 64);
-        assert_eq!(align_of::<Entry<SteppedWindow>>(), 64);
-        assert_eq!(align_of::<Entry<Concurrency>>(), 64);
+    fn entries_of_32_bytes_are_aligned_to_their_size() {
+        assert_eq!(align_of::<Entry<TokenBucket<Wide>>>(), 32);
+        assert_eq!(align_of::<Entry<LeakyBucket>>(), 32);
     }
 }

@@ -5,9 +5,12 @@
 //!
 //! ```text
 //! "TOLLGATE-SNAPSHOT" version:u64 seed.k0:u64 seed.k1:u64 tables:u64
-//! per table: limit, entries:u64, per entry: fingerprint:16 bytes, state
+//! per table: limit, entries:u64, per entry: fingerprint:8 bytes, state
 //! checksum:u64   (SipHash-1-3 of everything before it)
 //! ```
+//!
+//! That is version 2. Version 1 stored 16-byte fingerprints, of which
+//! today's are the first 8; its snapshots still load.
 //!
 //! A limit is its algorithm's name (length-prefixed), the rate's count and
 //! period in ns, then burst, step (ns) and lease TTL (ns), each a presence
@@ -34,7 +37,10 @@ use crate::fingerprint::Seed;
 use crate::store::MemoryStore;
 
 const MAGIC: &[u8] = b"TOLLGATE-SNAPSHOT";
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
+/// The oldest version this build reads, and its fingerprints' width.
+const VERSION_1: u64 = 1;
+const VERSION_1_FINGERPRINT_BYTES: usize = 16;
 /// The longest algorithm name a snapshot may carry.
 const MAX_NAME: usize = 64;
 
@@ -45,7 +51,9 @@ pub enum SnapshotError {
     #[error("not a tollgate snapshot (bad magic bytes)")]
     NotASnapshot,
     /// Written by another version of the format.
-    #[error("snapshot format version {0} is not supported (this build reads version {VERSION})")]
+    #[error(
+        "snapshot format version {0} is not supported (this build reads versions 1 and {VERSION})"
+    )]
     Version(u64),
     /// The checksum does not match: the file is damaged or truncated.
     #[error("snapshot checksum mismatch: the file is damaged or truncated")]
@@ -158,9 +166,11 @@ impl MemoryStore {
             .ok_or(SnapshotError::NotASnapshot)?;
         let mut header = Reader::new(body);
         let version = header.u64().ok_or(SnapshotError::NotASnapshot)?;
-        if version != VERSION {
-            return Err(SnapshotError::Version(version));
-        }
+        let fp_bytes = match version {
+            VERSION => 8,
+            VERSION_1 => VERSION_1_FINGERPRINT_BYTES,
+            _ => return Err(SnapshotError::Version(version)),
+        };
         let (content, sum) = bytes.split_at(bytes.len().saturating_sub(8));
         let sum = Reader::new(sum).u64().ok_or(SnapshotError::Checksum)?;
         if checksum(content) != sum {
@@ -187,7 +197,7 @@ impl MemoryStore {
                 .ok_or(malformed(table, "truncated entry count"))?;
             limiter
                 .table()
-                .restore(&mut input, count, now)
+                .restore(&mut input, count, fp_bytes, now)
                 .ok_or(malformed(table, "invalid entry"))?;
         }
         if !input.rest().is_empty() {
@@ -226,6 +236,50 @@ mod tests {
         assert_eq!(
             MemoryStore::from_snapshot(config, b"", 0).unwrap_err(),
             SnapshotError::NotASnapshot
+        );
+    }
+
+    #[test]
+    fn version_1_snapshots_with_16_byte_fingerprints_still_load() {
+        use tollgate_core::algorithm::{Gcra, StateCodec};
+        use tollgate_core::Algorithm;
+
+        let seed = Seed { k0: 11, k1: 12 };
+        let limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(5).unwrap());
+        let gcra = Gcra::new(limit.rate, 5).unwrap();
+        let mut state = gcra.new_state();
+        gcra.commit(&mut state, 0, 3);
+        // A version 1 snapshot, written out by hand: one gcra key that has
+        // taken 3 of 5, its fingerprint in 16 bytes.
+        let mut v1 = MAGIC.to_vec();
+        put_u64(&mut v1, VERSION_1);
+        put_u64(&mut v1, seed.k0);
+        put_u64(&mut v1, seed.k1);
+        put_len(&mut v1, 1);
+        encode_limit(&limit, &mut v1);
+        put_u64(&mut v1, 1);
+        v1.extend_from_slice(&seed.fingerprint(b"alice").to_bytes());
+        v1.extend_from_slice(&[0x5a; 8]);
+        gcra.encode_state(&state, &mut v1);
+        let sum = checksum(&v1);
+        put_u64(&mut v1, sum);
+
+        let store = MemoryStore::from_snapshot(MemoryConfig::default(), &v1, 0).unwrap();
+        let limiter = store.limiter(&limit).unwrap();
+        assert_eq!(limiter.check(b"alice", 0, 1).unwrap().remaining, 1);
+        assert_eq!(limiter.check(b"bob", 0, 1).unwrap().remaining, 4);
+        assert_eq!(
+            MemoryStore::from_snapshot(
+                MemoryConfig::default(),
+                &{
+                    let mut v3 = v1.clone();
+                    v3[MAGIC.len()] = 3;
+                    v3
+                },
+                0
+            )
+            .unwrap_err(),
+            SnapshotError::Version(3)
         );
     }
 

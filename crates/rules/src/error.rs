@@ -265,6 +265,26 @@ pub enum ErrorKind {
         /// The limit, in tollgate's notation.
         limit: String,
     },
+    /// A route field with a value it cannot take.
+    #[error("`{field}`: {reason}")]
+    InvalidRouteValue {
+        /// The field.
+        field: &'static str,
+        /// What is wrong, naming the value.
+        reason: String,
+    },
+    /// A route action the format does not know.
+    #[error("unknown action `{action}` (expected one of: remote_address, request_headers, generic_key, method, path, host, api_key)")]
+    UnknownAction {
+        /// The name found.
+        action: String,
+    },
+    /// A route's `match` with more than one of `path`, `path_prefix`, `path_glob`.
+    #[error("a route's match takes one of `path`, `path_prefix` and `path_glob`, not several")]
+    SeveralPathMatches,
+    /// `nodelay` and `delay` on one route.
+    #[error("`nodelay` and `delay` exclude each other (`nodelay` holds no request; `delay: N` holds those queued after the first N)")]
+    NodelayAndDelay,
 }
 
 /// A request named a domain that no loaded rules file defines.

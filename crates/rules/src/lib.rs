@@ -8,13 +8,17 @@
 //! tollgate adds, on each `rate_limit`, an `algorithm` (default
 //! `fixed_window`, envoy's behaviour), `burst`, `step`, `window` and
 //! `lease_ttl`, and a list form `rate_limits:` for several limits on one
-//! descriptor. `docs/rules.md` describes the format and where tollgate
-//! differs from envoy.
+//! descriptor; and beside `descriptors`, a `routes:` list that turns HTTP
+//! requests into descriptors for the gateway and the tower middleware.
+//! `docs/rules.md` describes the format and where tollgate differs from
+//! envoy.
 //!
 //! This crate does no networking and runs no async runtime; the server
 //! calls [`RuleSet::resolve`] on its hot path (no allocation beyond the
 //! answer's vector) and keeps the [`RuleSet`] a [`watch::RulesWatcher`]
-//! hands it.
+//! hands it. [`check`] decides a request through any
+//! [`Store`](tollgate_core::Store): the store does the I/O, this crate only
+//! awaits it.
 //!
 //! # Example
 //!
@@ -66,21 +70,32 @@
 //! - `matcher`: [`Domain`] and matching one descriptor to one rule.
 //! - `resolve`: [`Descriptor`], [`Resolved`], and `replaces`.
 //! - `ruleset`: [`RuleSet`], reading files and directories.
+//! - `route`, `route_parse`, `glob`: [`Route`]s, the `routes:` list that
+//!   turns HTTP requests into descriptors (for the gateway and the tower
+//!   middleware), its schema, and [`PathGlob`].
+//! - [`check`]: the rules decision through a store, shared by every
+//!   transport.
 //! - [`watch`]: [`watch::RulesWatcher`], reloading on change.
 //! - `error`: [`RulesError`], [`ErrorKind`], [`UnknownDomain`].
 
+pub mod check;
 mod error;
+mod glob;
 mod matcher;
 mod parse;
 mod resolve;
+mod route;
+mod route_parse;
 mod rule;
 mod ruleset;
 pub mod watch;
 mod yaml;
 
 pub use error::{ErrorKind, Location, RulesError, UnknownDomain};
+pub use glob::PathGlob;
 pub use matcher::Domain;
 pub use resolve::{Descriptor, Resolved};
+pub use route::{Action, HostMatch, PathMatch, Route, RouteMatch, MAX_ROUTE_TEXT};
 pub use rule::{PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch};
 pub use ruleset::{RuleSet, MAX_FILE_BYTES};
 pub use yaml::{MAX_DEPTH, MAX_NODES};

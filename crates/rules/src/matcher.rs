@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 
 use crate::resolve::Descriptor;
+use crate::route::Route;
 use crate::rule::{Rule, ValueMatch};
 
 /// Index of a node in a domain's node list.
@@ -74,12 +75,29 @@ pub struct Domain {
     nodes: Vec<TreeNode>,
     rules: Vec<Rule>,
     has_replaces: bool,
+    routes: Option<Vec<Route>>,
 }
 
 impl PartialEq for Domain {
-    /// Domains are equal when they hold equal rules (file and lines aside).
+    /// Domains are equal when they hold equal rules and routes (file and
+    /// lines aside).
     fn eq(&self, other: &Domain) -> bool {
-        self.name == other.name && self.rules == other.rules
+        let same_routes = match (&self.routes, &other.routes) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| {
+                        Route {
+                            line: 0,
+                            ..x.clone()
+                        } == Route {
+                            line: 0,
+                            ..y.clone()
+                        }
+                    })
+            }
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        self.name == other.name && self.rules == other.rules && same_routes
     }
 }
 
@@ -92,7 +110,18 @@ impl Domain {
             nodes: vec![TreeNode::default()],
             rules: Vec::new(),
             has_replaces: false,
+            routes: None,
         }
+    }
+
+    /// The `routes:` list, in file order; `None` when the file has none
+    /// (a gateway then uses [`Route::default_route`] for every request).
+    pub fn routes(&self) -> Option<&[Route]> {
+        self.routes.as_deref()
+    }
+
+    pub(crate) fn set_routes(&mut self, routes: Vec<Route>) {
+        self.routes = Some(routes);
     }
 
     /// The domain's name.

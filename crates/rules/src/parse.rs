@@ -15,7 +15,7 @@ use crate::matcher::{Domain, NodeId};
 use crate::rule::{key_prefix, PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch};
 use crate::yaml::{self, Node, Value};
 
-const FILE_FIELDS: &[&str] = &["domain", "descriptors"];
+const FILE_FIELDS: &[&str] = &["domain", "descriptors", "routes"];
 const DESCRIPTOR_FIELDS: &[&str] = &[
     "key",
     "value",
@@ -52,7 +52,7 @@ const REPLACES_FIELDS: &[&str] = &["name"];
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-type Result<T> = std::result::Result<T, RulesError>;
+pub(crate) type Result<T> = std::result::Result<T, RulesError>;
 
 /// Parses one rules file's text into its domain.
 pub(crate) fn parse_domain(text: &str, file: &str) -> Result<Domain> {
@@ -76,14 +76,14 @@ pub(crate) fn parse_domain(text: &str, file: &str) -> Result<Domain> {
 }
 
 /// A mapping's fields, checked against the allowed names.
-struct Fields<'n> {
-    at: Location,
-    entries: Vec<(&'n str, &'n Node, &'n Node)>,
+pub(crate) struct Fields<'n> {
+    pub(crate) at: Location,
+    pub(crate) entries: Vec<(&'n str, &'n Node, &'n Node)>,
 }
 
 impl<'n> Fields<'n> {
     /// The value of `name`, unless absent or null.
-    fn get(&self, name: &str) -> Option<&'n Node> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'n Node> {
         self.entries
             .iter()
             .find(|(n, _, v)| *n == name && !v.is_null())
@@ -91,7 +91,7 @@ impl<'n> Fields<'n> {
     }
 
     /// Where the field `name` is written (its key), if present.
-    fn key_at(&self, name: &str) -> Option<Location> {
+    pub(crate) fn key_at(&self, name: &str) -> Option<Location> {
         self.get(name)?;
         self.entries
             .iter()
@@ -100,8 +100,8 @@ impl<'n> Fields<'n> {
     }
 }
 
-struct FileParser<'f> {
-    file: &'f str,
+pub(crate) struct FileParser<'f> {
+    pub(crate) file: &'f str,
 }
 
 /// A rate limit as one mapping says it, before it joins a rule.
@@ -119,7 +119,7 @@ enum LimitKind {
 }
 
 impl<'f> FileParser<'f> {
-    fn err(&self, at: Location, kind: ErrorKind) -> RulesError {
+    pub(crate) fn err(&self, at: Location, kind: ErrorKind) -> RulesError {
         RulesError::at(self.file, at, kind)
     }
 
@@ -144,6 +144,9 @@ impl<'f> FileParser<'f> {
         let mut domain = Domain::new(name.clone(), self.file.to_string(), domain_node.at.line);
         if let Some(list) = fields.get("descriptors") {
             self.descriptors(&mut domain, list, 0, &name, &[])?;
+        }
+        if let Some(list) = fields.get("routes") {
+            domain.set_routes(self.routes(list)?);
         }
         Ok(domain)
     }
@@ -473,7 +476,7 @@ impl<'f> FileParser<'f> {
 
     // --- typed field access ---
 
-    fn fields<'n>(
+    pub(crate) fn fields<'n>(
         &self,
         node: &'n Node,
         field: &str,
@@ -515,7 +518,12 @@ impl<'f> FileParser<'f> {
         })
     }
 
-    fn wrong_type(&self, field: &str, expected: &'static str, node: &Node) -> RulesError {
+    pub(crate) fn wrong_type(
+        &self,
+        field: &str,
+        expected: &'static str,
+        node: &Node,
+    ) -> RulesError {
         self.err(
             node.at,
             ErrorKind::WrongType {
@@ -528,7 +536,7 @@ impl<'f> FileParser<'f> {
 
     /// Any scalar, as written (envoy's YAML decoder also reads `value: 42`
     /// as the string "42").
-    fn string(&self, field: &str, node: &Node) -> Result<String> {
+    pub(crate) fn string(&self, field: &str, node: &Node) -> Result<String> {
         match &node.value {
             Value::Scalar { text, .. } => Ok(text.clone()),
             _ => Err(self.wrong_type(field, "a string", node)),
@@ -537,7 +545,7 @@ impl<'f> FileParser<'f> {
 
     /// A boolean field, false when absent; YAML 1.1 spellings (`yes`, `on`,
     /// ...) are accepted because envoy's YAML 1.1 decoder accepts them.
-    fn flag(&self, fields: &Fields<'_>, name: &str) -> Result<bool> {
+    pub(crate) fn flag(&self, fields: &Fields<'_>, name: &str) -> Result<bool> {
         let Some(node) = fields.get(name) else {
             return Ok(false);
         };
@@ -553,7 +561,13 @@ impl<'f> FileParser<'f> {
         Err(self.wrong_type(name, "true or false", node))
     }
 
-    fn number(&self, field: &'static str, node: &Node, min: u64, max: u64) -> Result<u64> {
+    pub(crate) fn number(
+        &self,
+        field: &'static str,
+        node: &Node,
+        min: u64,
+        max: u64,
+    ) -> Result<u64> {
         let text = match &node.value {
             Value::Scalar { text, plain: true } => text.as_str(),
             _ => return Err(self.wrong_type(field, "a whole number", node)),
@@ -594,7 +608,7 @@ impl<'f> FileParser<'f> {
 /// The allowed field names joined for a message.
 fn expected_list(allowed: &'static [&'static str]) -> &'static str {
     match allowed {
-        a if a == FILE_FIELDS => "domain, descriptors",
+        a if a == FILE_FIELDS => "domain, descriptors, routes",
         a if a == DESCRIPTOR_FIELDS => {
             "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric"
         }
@@ -604,6 +618,7 @@ fn expected_list(allowed: &'static [&'static str]) -> &'static str {
         a if a == LIST_LIMIT_FIELDS => {
             "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, lease_ttl"
         }
-        _ => "name",
+        a if a == REPLACES_FIELDS => "name",
+        a => crate::route_parse::expected_route_fields(a),
     }
 }

@@ -118,32 +118,43 @@ pub(crate) fn resolve<'a, D: Descriptor>(
     domain: &'a Domain,
     descriptors: &'a [D],
 ) -> Vec<Option<Resolved<'a>>> {
-    let mut out: Vec<Option<Resolved<'a>>> = descriptors
-        .iter()
-        .map(|d| {
-            domain.find(d).map(|rule| Resolved {
+    let rules = resolve_rules(domain, descriptors);
+    rules
+        .into_iter()
+        .zip(descriptors)
+        .map(|(rule, d)| {
+            rule.map(|rule| Resolved {
                 rule,
                 descriptor: d as &dyn Descriptor,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The rule of each descriptor, `replaces` applied. The rules borrow the
+/// domain only, so they outlive a request's short-lived descriptors.
+pub(crate) fn resolve_rules<'r, D: Descriptor>(
+    domain: &'r Domain,
+    descriptors: &[D],
+) -> Vec<Option<&'r Rule>> {
+    let mut out: Vec<Option<&'r Rule>> = descriptors.iter().map(|d| domain.find(d)).collect();
     if domain.has_replaces() {
         apply_replaces(&mut out);
     }
     out
 }
 
-fn apply_replaces(out: &mut [Option<Resolved<'_>>]) {
+fn apply_replaces(out: &mut [Option<&Rule>]) {
     let replaced = |name: &str| {
         out.iter()
             .flatten()
-            .any(|r| r.rule.replaces().iter().any(|n| n == name))
+            .any(|r| r.replaces().iter().any(|n| n == name))
     };
     let drop: Vec<usize> = out
         .iter()
         .enumerate()
         .filter_map(|(i, r)| {
-            let rule = r.as_ref()?.rule;
+            let rule = (*r)?;
             let name = rule.name()?;
             (!rule.unlimited() && replaced(name)).then_some(i)
         })

@@ -16,7 +16,7 @@ pub struct Answer<B> {
     /// The JSON body.
     pub body: B,
     /// Every limit that applied, in order.
-    pub applied: Vec<AppliedLimit>,
+    pub applied: Vec<AppliedLimit<'static>>,
     /// The most constrained decision, for the `X-RateLimit-*` headers.
     pub top: Option<Decision>,
     /// Answer `429`.

@@ -90,19 +90,7 @@ impl<S: Store> App<S> {
     /// and the failure logged with its file:line:reason. Either way the
     /// reload is counted.
     pub fn apply_reload(&self, loaded: Result<RuleSet, RulesError>) -> Result<(), RulesError> {
-        match loaded {
-            Ok(rules) => {
-                self.inner.rules.store(Arc::new(rules));
-                self.inner.metrics.reloaded(true);
-                tracing::info!("rules reloaded");
-                Ok(())
-            }
-            Err(error) => {
-                self.inner.metrics.reloaded(false);
-                tracing::error!(%error, "rules reload failed; keeping the previous rules");
-                Err(error)
-            }
-        }
+        crate::reload::apply_reload(&self.inner.rules, &self.inner.metrics, loaded)
     }
 
     /// The metrics.

@@ -12,20 +12,24 @@
 //! and counted but never blocks the request or the other rules. With the
 //! global shadow switch every rejection is reported and none enforced.
 //! `unlimited` rules are never counted; a rule with `requests_per_unit: 0`
-//! rejects every request.
+//! rejects every request. That decision is `tollgate_rules::check`, shared
+//! with the gateway and the tower middleware; this module turns its outcome
+//! into the JSON answer and counts it in the metrics. Reservations keep
+//! their own code here.
 
 use std::time::Duration;
 
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Store, StoreError};
-use tollgate_rules::{Resolved, Rule, RuleSet};
+use tollgate_rules::check::{denied, Plan};
+use tollgate_rules::{Rule, RuleSet};
 
 use crate::answer::Answer;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::headers::AppliedLimit;
 use crate::metrics::Verdict;
-use crate::target::{Target, RULES_KEY_PREFIX};
+use crate::target::Target;
 use crate::wire::{DecisionBody, DecisionFields, ReleasedBody, StatusBody};
 
 /// Checks `target` at `at` for `cost`, counting it when admitted.
@@ -65,7 +69,7 @@ pub async fn reserve<S: Store>(
             descriptors,
         } => {
             let rules = app.rules();
-            let plan = Plan::resolve(&rules, domain, descriptors, app.settings().shadow)?;
+            let plan = resolve(&rules, domain, descriptors, app.settings().shadow)?;
             let enforced = plan.enforced();
             let limits: Vec<(&Limit, &[u8])> = enforced
                 .iter()
@@ -73,13 +77,16 @@ pub async fn reserve<S: Store>(
                 .collect();
             let names: Vec<String> = enforced
                 .iter()
-                .filter_map(|&(d, l, _, _)| Some(plan.descriptors[d].as_ref()?.limit_name(l)))
+                .filter_map(|&(d, l, _, _)| {
+                    Some(plan.descriptors()[d].as_ref()?.limit_name(l).into_owned())
+                })
                 .collect();
             let denied = plan.denying_rule();
             let answer = reserve_limits(app, &limits, &names, at, cost, max_wait, denied).await?;
-            for p in plan.descriptors.iter().flatten() {
-                if (p.counts() && !p.rule.shadow_mode()) || p.rule.denies_all() {
-                    count_reservation(app, domain, p.rule.id(), p.detailed.as_deref(), &answer);
+            for p in plan.descriptors().iter().flatten() {
+                let rule = p.rule();
+                if (p.counts() && !rule.shadow_mode()) || rule.denies_all() {
+                    count_reservation(app, domain, rule.id(), p.detailed_label(), &answer);
                 }
             }
             Ok(answer)
@@ -131,13 +138,19 @@ pub async fn release<S: Store>(
             descriptors,
         } => {
             let rules = app.rules();
-            let plan = Plan::resolve(&rules, domain, descriptors, app.settings().shadow)?;
-            for p in plan.descriptors.iter().flatten() {
-                for limit in p.rule.limits() {
+            let plan = resolve(&rules, domain, descriptors, app.settings().shadow)?;
+            for p in plan.descriptors().iter().flatten() {
+                for limit in p.rule().limits() {
                     if limit.algorithm == AlgorithmName::Concurrency {
                         let done = app
                             .store()
-                            .release(LimitKey { limit, key: &p.key }, lease)
+                            .release(
+                                LimitKey {
+                                    limit,
+                                    key: p.key(),
+                                },
+                                lease,
+                            )
                             .await;
                         released |= store(app, done)?;
                     }
@@ -192,120 +205,16 @@ async fn check_inline<S: Store>(
     })
 }
 
-/// The store key of a resolved descriptor.
-fn counter_key(resolved: &Resolved<'_>) -> Vec<u8> {
-    let mut key = vec![RULES_KEY_PREFIX];
-    resolved.write_counter_key(&mut key);
-    key
-}
-
-/// One descriptor's rule, store key and metric label.
-struct Planned<'r> {
-    rule: &'r Rule,
-    key: Vec<u8>,
-    detailed: Option<String>,
-}
-
-impl Planned<'_> {
-    /// Whether the rule's limits are counted (not unlimited, not deny-all).
-    fn counts(&self) -> bool {
-        !self.rule.unlimited() && !self.rule.denies_all()
-    }
-
-    /// The header name of limit `l`: the rule's name (or path), with the
-    /// limit's rate appended when the rule has several limits.
-    fn limit_name(&self, l: usize) -> String {
-        let name = self.rule.name().unwrap_or(self.rule.id());
-        match self.rule.limits() {
-            [_] => name.to_owned(),
-            limits => format!("{name}:{}", limits[l].rate),
-        }
-    }
-}
-
-/// How a rules-based request's descriptors are decided: one entry per
-/// descriptor, `None` where no rule applies.
-struct Plan<'r> {
-    descriptors: Vec<Option<Planned<'r>>>,
+/// Resolves `descriptors` against `domain`; an unknown domain is a bad
+/// request here.
+fn resolve<'r>(
+    rules: &'r RuleSet,
+    domain: &str,
+    descriptors: &[Vec<(String, String)>],
     global_shadow: bool,
-}
-
-impl<'r> Plan<'r> {
-    /// Resolves `descriptors` against `domain` (an unknown domain is a bad
-    /// request here). The plan keeps only rules and keys: a `Resolved`
-    /// borrows the request's descriptors and is not held across the store's
-    /// `.await`.
-    fn resolve(
-        rules: &'r RuleSet,
-        domain: &str,
-        descriptors: &'r [Vec<(String, String)>],
-        global_shadow: bool,
-    ) -> Result<Plan<'r>, ApiError> {
-        let resolved = rules
-            .resolve(domain, descriptors)
-            .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))?;
-        Ok(Plan::of(&resolved, global_shadow))
-    }
-
-    fn of(resolved: &[Option<Resolved<'r>>], global_shadow: bool) -> Plan<'r> {
-        let descriptors = resolved
-            .iter()
-            .map(|r| {
-                r.as_ref().map(|r| Planned {
-                    rule: r.rule(),
-                    key: counter_key(r),
-                    detailed: r.rule().detailed_metric().then(|| r.metric_label()),
-                })
-            })
-            .collect();
-        Plan {
-            descriptors,
-            global_shadow,
-        }
-    }
-
-    /// (descriptor, limit index, limit, key) of every enforced limit: those
-    /// of counted rules not in shadow mode, checked together.
-    fn enforced(&self) -> Vec<(usize, usize, &'r Limit, &[u8])> {
-        let mut out = Vec::new();
-        for (d, p) in self.descriptors.iter().enumerate() {
-            if let Some(p) = p.as_ref().filter(|p| p.counts() && !p.rule.shadow_mode()) {
-                let rule: &'r Rule = p.rule;
-                out.extend(
-                    rule.limits()
-                        .iter()
-                        .enumerate()
-                        .map(|(l, limit)| (d, l, limit, p.key.as_slice())),
-                );
-            }
-        }
-        out
-    }
-
-    /// The first enforced rule that rejects every request, if any.
-    fn denying_rule(&self) -> Option<&'r Rule> {
-        self.descriptors
-            .iter()
-            .flatten()
-            .map(|p| p.rule)
-            .find(|r| r.denies_all() && !r.shadow_mode())
-    }
-}
-
-/// The decision of a rule that rejects every request.
-fn denied(rule: &Rule) -> Decision {
-    let unit = rule
-        .reported_limits()
-        .first()
-        .map_or(1, |r| r.unit.seconds());
-    Decision {
-        allowed: false,
-        limit: 0,
-        remaining: 0,
-        retry_after: Duration::from_secs(unit),
-        reset_after: Duration::from_secs(unit),
-        ..Decision::default()
-    }
+) -> Result<Plan<'r>, ApiError> {
+    Plan::resolve(rules, domain, descriptors, global_shadow)
+        .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))
 }
 
 async fn check_rules<S: Store>(
@@ -316,55 +225,12 @@ async fn check_rules<S: Store>(
     cost: u64,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let rules = app.rules();
-    let plan = Plan::resolve(&rules, domain, descriptors, app.settings().shadow)?;
-    // decisions[d][l]: descriptor d's limit l.
-    let mut decisions: Vec<Vec<Decision>> = plan
-        .descriptors
-        .iter()
-        .map(|p| {
-            p.as_ref().map_or(Vec::new(), |p| {
-                vec![Decision::default(); p.rule.limits().len()]
-            })
-        })
-        .collect();
+    let plan = resolve(&rules, domain, descriptors, app.settings().shadow)?;
+    let outcome = store(app, plan.check(app.store(), at, cost).await)?;
 
-    // A deny-all rule rejects the request: the others are only peeked.
-    let group_cost = if plan.denying_rule().is_some() {
-        0
-    } else {
-        cost
-    };
-    let enforced = plan.enforced();
-    if !enforced.is_empty() {
-        let requests: Vec<LimitKey<'_>> = enforced
-            .iter()
-            .map(|&(_, _, limit, key)| LimitKey { limit, key })
-            .collect();
-        let got = store(app, app.store().check(&requests, at, group_cost).await)?;
-        for (&(d, l, _, _), decision) in enforced.iter().zip(got) {
-            decisions[d][l] = decision;
-        }
-    }
-    for (d, p) in plan.descriptors.iter().enumerate() {
-        if let Some(p) = p.as_ref().filter(|p| p.counts() && p.rule.shadow_mode()) {
-            let requests: Vec<LimitKey<'_>> = p
-                .rule
-                .limits()
-                .iter()
-                .map(|limit| LimitKey { limit, key: &p.key })
-                .collect();
-            decisions[d] = store(app, app.store().check(&requests, at, cost).await)?;
-        }
-    }
-
-    let mut statuses = Vec::with_capacity(plan.descriptors.len());
-    let mut applied = Vec::new();
-    let mut top_enforced: Option<Decision> = None;
-    let mut top_shadow: Option<Decision> = None;
-    let mut shadow_rejected = false;
-    let mut allowed = true;
-    for (p, limits) in plan.descriptors.iter().zip(&decisions) {
-        let Some(p) = p else {
+    let mut statuses = Vec::with_capacity(outcome.descriptors.len());
+    for d in &outcome.descriptors {
+        let Some(d) = d else {
             statuses.push(StatusBody {
                 name: None,
                 fields: DecisionFields::unlimited(),
@@ -373,7 +239,7 @@ async fn check_rules<S: Store>(
             });
             continue;
         };
-        let rule = p.rule;
+        let rule = d.rule;
         let name = rule.name().unwrap_or(rule.id()).to_owned();
         if rule.unlimited() {
             statuses.push(StatusBody {
@@ -384,55 +250,34 @@ async fn check_rules<S: Store>(
             });
             continue;
         }
-        let decision = if rule.denies_all() {
-            denied(rule)
-        } else {
-            limits
-                .iter()
-                .copied()
-                .reduce(Decision::most_constrained)
-                .unwrap_or_default()
-        };
-        let verdict = Verdict::of(&decision, rule.shadow_mode() || plan.global_shadow);
-        app.metrics()
-            .count(domain, rule.id(), p.detailed.as_deref(), &decision, verdict);
-        let top = if rule.shadow_mode() {
-            shadow_rejected |= !decision.allowed;
-            &mut top_shadow
-        } else {
-            allowed &= decision.allowed;
-            &mut top_enforced
-        };
-        *top = Some(top.map_or(decision, |t| t.most_constrained(decision)));
-        if rule.denies_all() {
-            applied.push(AppliedLimit {
-                name: name.clone(),
-                window_secs: decision.reset_after.as_secs(),
-                decision,
-            });
-        }
-        for (l, (limit, decision)) in rule.limits().iter().zip(limits).enumerate() {
-            applied.push(AppliedLimit::of(p.limit_name(l), limit, *decision));
-        }
-        let mut fields = DecisionFields::of(&decision);
-        fields.lease = limits.iter().find_map(|x| x.lease);
+        let verdict = Verdict::of(&d.decision, d.shadow);
+        app.metrics().count(
+            domain,
+            rule.id(),
+            d.detailed.as_deref(),
+            &d.decision,
+            verdict,
+        );
+        let mut fields = DecisionFields::of(&d.decision);
+        fields.lease = d.decisions.iter().find_map(|x| x.lease);
         statuses.push(StatusBody {
             name: Some(name),
             fields,
-            shadow: rule.shadow_mode() || plan.global_shadow,
+            shadow: d.shadow,
             unlimited: false,
         });
     }
-    if plan.global_shadow && !allowed {
-        shadow_rejected = true;
-        allowed = true;
-    }
-    let top = top_enforced.or(top_shadow);
+    let applied = outcome
+        .applied()
+        .into_iter()
+        .map(AppliedLimit::into_owned)
+        .collect();
+    let top = outcome.top;
     let mut fields = top
         .as_ref()
         .map_or_else(DecisionFields::unlimited, DecisionFields::of);
-    fields.allowed = allowed;
-    if allowed {
+    fields.allowed = outcome.allowed;
+    if outcome.allowed {
         fields.retry_after_ms = 0;
     }
     fields.lease = None;
@@ -441,11 +286,11 @@ async fn check_rules<S: Store>(
             fields,
             wait_ms: None,
             statuses: Some(statuses),
-            shadow_rejected,
+            shadow_rejected: outcome.shadow_rejected,
         },
         applied,
         top,
-        rejected: !allowed,
+        rejected: !outcome.allowed,
         headers: app.settings().headers,
     })
 }

@@ -102,7 +102,7 @@ pub struct EnvoyResponse {
     pub statuses: Vec<DescriptorStatus>,
     /// Every limit that applied (for the SPEC §7 headers); left empty when
     /// the caller asked for no headers.
-    pub applied: Vec<AppliedLimit>,
+    pub applied: Vec<AppliedLimit<'static>>,
     /// The most constrained decision.
     pub top: Option<Decision>,
     /// Whether to fill `applied`.

@@ -22,9 +22,12 @@
 //! - `guarded`: a shared store under the `--on-store-error` policy.
 //! - `proto`: the protobuf types and gRPC stubs generated from `proto/`.
 //! - `answer`, `error`: the one place decisions and errors become HTTP.
-//! - `headers`: the rate-limit headers of SPEC §7.
+//! - `headers`: the rate-limit headers of SPEC §7 (from `tollgate-tower`).
 //! - `metrics`: the Prometheus registry.
+//! - `reload`: a rules reload put in force.
 //! - `routes`: one module per group of routes.
+//! - [`gateway`]: the reverse proxy of `tollgate gateway`, its accept loop
+//!   and its admin port.
 
 pub mod answer;
 pub mod app;
@@ -32,11 +35,12 @@ pub mod decide;
 pub mod envoy;
 pub mod error;
 mod extract;
+pub mod gateway;
 pub mod grpc;
 pub mod guarded;
-pub mod headers;
 pub mod metrics;
 pub mod proto;
+pub mod reload;
 mod routes;
 mod serve;
 pub mod settings;
@@ -46,3 +50,6 @@ pub mod wire;
 pub use app::{router, App, ROUTES};
 pub use serve::serve;
 pub use settings::Settings;
+/// The rate-limit headers of SPEC §7, shared with the gateway and the
+/// tower middleware.
+pub use tollgate_tower::headers;

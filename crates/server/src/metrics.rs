@@ -96,7 +96,7 @@ pub struct Metrics {
 }
 
 /// The routes whose latency histogram handles are made up front.
-const DECISION_ROUTES: [&str; 4] = ["check", "reserve", "json", "grpc"];
+const DECISION_ROUTES: [&str; 5] = ["check", "reserve", "json", "grpc", "gateway"];
 
 /// One rule's counters.
 struct RuleCounters {

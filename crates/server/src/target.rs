@@ -17,8 +17,7 @@ use crate::wire::{DecisionRequest, DescriptorSpec, LimitSpec};
 /// counters with [`RULES_KEY_PREFIX`], so a client can never name a rule's
 /// counter as an inline key.
 pub const INLINE_KEY_PREFIX: u8 = b'i';
-/// See [`INLINE_KEY_PREFIX`].
-pub const RULES_KEY_PREFIX: u8 = b'r';
+pub use tollgate_rules::check::RULES_KEY_PREFIX;
 
 /// A validated decision request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,14 +4,18 @@
 //! several and joins them into a Redis Cluster with `redis-cli --cluster
 //! create`. Each lives in its own temporary directory, keeps nothing on disk,
 //! and is killed when dropped. No test uses a Redis it did not start.
+//! [`sf_list_members`] reads rate-limit headers with a real Structured
+//! Fields parser.
 //!
 //! The binaries come from Debian's `redis-server` package, which
 //! `scripts/test` installs when it is missing. This crate is for tests only
 //! and panics (with a message) when the environment cannot run Redis.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod structured_fields;
 mod tls;
 
+pub use structured_fields::sf_list_members;
 pub use tls::TestCertificates;
 
 use std::io::{Read, Write};

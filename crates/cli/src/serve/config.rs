@@ -3,16 +3,16 @@
 //! TOML config file, then validated once into [`ServeConfig`].
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tollgate_memory::DEFAULT_MAX_BYTES;
-use tollgate_redis::{Endpoint, RedisConfig};
-use tollgate_server::guarded::OnStoreError;
 use tollgate_server::Settings;
 
 use crate::args::ServeArgs;
+use crate::config_file::{self, ConfigError};
+use crate::logging::LogFormat;
+use crate::store::{StoreConfig, StoreFile};
 
 /// The config file: the same settings as the flags.
 #[derive(Debug, Default, Deserialize)]
@@ -42,43 +42,21 @@ struct ConfigFile {
     log_format: Option<String>,
 }
 
-/// Where limiter state lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreChoice {
-    /// The embedded memory store.
-    Memory,
-    /// A shared Redis or Redis Cluster.
-    Redis(SharedStore),
-}
-
-/// The settings of a shared store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedStore {
-    /// Where it is.
-    pub endpoint: Endpoint,
-    /// What to do when it fails.
-    pub on_error: OnStoreError,
-    /// Per-call timeout.
-    pub timeout: Duration,
-    /// Key prefix.
-    pub prefix: String,
-    /// Answer keys known to be over their limit without asking Redis.
-    pub over_limit_cache: bool,
-    /// CA certificates to trust for TLS (PEM file).
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate for mutual TLS (PEM file).
-    pub tls_cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM file).
-    pub tls_key: Option<PathBuf>,
-}
-
-/// How logs are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
+impl ConfigFile {
+    /// The store's keys, taken out for [`StoreConfig::resolve`].
+    fn store_keys(&mut self) -> StoreFile {
+        StoreFile {
+            store: self.store.take(),
+            on_store_error: self.on_store_error.take(),
+            store_timeout_ms: self.store_timeout_ms.take(),
+            redis_prefix: self.redis_prefix.take(),
+            no_over_limit_cache: self.no_over_limit_cache.take(),
+            redis_tls_ca: self.redis_tls_ca.take(),
+            redis_tls_cert: self.redis_tls_cert.take(),
+            redis_tls_key: self.redis_tls_key.take(),
+            memory_max_bytes: self.memory_max_bytes.take(),
+        }
+    }
 }
 
 /// Validated settings of `tollgate serve`.
@@ -93,9 +71,7 @@ pub struct ServeConfig {
     /// Rules path, if any.
     pub rules: Option<PathBuf>,
     /// The store.
-    pub store: StoreChoice,
-    /// Memory store cap.
-    pub memory_max_bytes: usize,
+    pub store: StoreConfig,
     /// Snapshot path, if any.
     pub snapshot: Option<PathBuf>,
     /// Period of snapshots; `None` saves only on shutdown.
@@ -106,92 +82,15 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
 }
 
-/// A setting that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read.
-    #[error("config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The config file is not valid TOML or has unknown keys.
-    #[error("config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// Why, with the place.
-        message: String,
-    },
-    /// A value is out of range or unknown.
-    #[error("{0}")]
-    Invalid(String),
-}
-
 impl ServeConfig {
     /// Merges `args` (flags and environment) over the config file they name.
     pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, ConfigError> {
-        let file = match &args.config {
-            Some(path) => read_file(path)?,
+        let mut file = match &args.config {
+            Some(path) => config_file::read::<ConfigFile>(path)?,
             None => ConfigFile::default(),
         };
-        let on_error = match args.on_store_error.clone().or(file.on_store_error) {
-            Some(text) => text.parse().map_err(ConfigError::Invalid)?,
-            None => OnStoreError::FailClosed,
-        };
-        let defaults = RedisConfig::default();
-        let timeout = args
-            .store_timeout_ms
-            .or(file.store_timeout_ms)
-            .map_or(defaults.timeout, Duration::from_millis);
-        if timeout.is_zero() {
-            return Err(ConfigError::Invalid(
-                "store_timeout_ms must be positive".into(),
-            ));
-        }
-        let tls_ca = args.redis_tls_ca.clone().or(file.redis_tls_ca);
-        let tls_cert = args.redis_tls_cert.clone().or(file.redis_tls_cert);
-        let tls_key = args.redis_tls_key.clone().or(file.redis_tls_key);
-        let store = match args.store.clone().or(file.store).as_deref() {
-            None | Some("memory") => {
-                if tls_ca.is_some() || tls_cert.is_some() || tls_key.is_some() {
-                    return Err(ConfigError::Invalid(
-                        "redis_tls_ca, redis_tls_cert and redis_tls_key need a rediss:// store, not memory".into(),
-                    ));
-                }
-                StoreChoice::Memory
-            }
-            Some(url) => StoreChoice::Redis(SharedStore {
-                endpoint: url.parse().map_err(|e: tollgate_redis::EndpointError| {
-                    ConfigError::Invalid(format!(
-                        "store: {e} (use `memory` or a redis://, rediss://, unix://, redis+unix://, redis+cluster:// or rediss+cluster:// URL)"
-                    ))
-                })?,
-                on_error,
-                timeout,
-                prefix: args
-                    .redis_prefix
-                    .clone()
-                    .or(file.redis_prefix)
-                    .unwrap_or(defaults.key_prefix),
-                over_limit_cache: !(args.no_over_limit_cache
-                    || file.no_over_limit_cache.unwrap_or(false)),
-                tls_ca,
-                tls_cert,
-                tls_key,
-            }),
-        };
-        let log_format = match args.log_format.clone().or(file.log_format).as_deref() {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(other) => {
-                return Err(ConfigError::Invalid(format!(
-                    "log format {other:?} is not one of: text, json"
-                )))
-            }
-        };
+        let store = StoreConfig::resolve(&args.storage, file.store_keys())?;
+        let log_format = LogFormat::parse(args.log_format.clone().or(file.log_format).as_deref())?;
         let defaults = Settings::default();
         let settings = Settings {
             trust_client_time: args.trust_client_time || file.trust_client_time.unwrap_or(false),
@@ -233,10 +132,6 @@ impl ServeConfig {
             response_headers: args.response_headers || file.response_headers.unwrap_or(false),
             rules: args.rules.clone().or(file.rules),
             store,
-            memory_max_bytes: args
-                .memory_max_bytes
-                .or(file.memory_max_bytes)
-                .unwrap_or(DEFAULT_MAX_BYTES),
             snapshot: args.snapshot.clone().or(file.snapshot),
             snapshot_interval: (interval > 0).then(|| Duration::from_secs(interval)),
             settings,
@@ -245,20 +140,11 @@ impl ServeConfig {
     }
 }
 
-fn read_file(path: &Path) -> Result<ConfigFile, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::StoreArgs;
+    use crate::store::StoreChoice;
 
     #[test]
     fn flags_win_over_the_file_and_the_file_over_defaults() {
@@ -293,11 +179,14 @@ mod tests {
         .unwrap();
         let args = ServeArgs {
             config: Some(path),
-            redis_tls_cert: Some("/flag/client.pem".into()),
-            redis_tls_key: Some("/flag/client.key".into()),
+            storage: StoreArgs {
+                redis_tls_cert: Some("/flag/client.pem".into()),
+                redis_tls_key: Some("/flag/client.key".into()),
+                ..StoreArgs::default()
+            },
             ..ServeArgs::default()
         };
-        let StoreChoice::Redis(shared) = ServeConfig::resolve(&args).unwrap().store else {
+        let StoreChoice::Redis(shared) = ServeConfig::resolve(&args).unwrap().store.choice else {
             panic!("a Redis store");
         };
         assert_eq!(shared.tls_ca, Some(PathBuf::from("/etc/tollgate/ca.pem")));
@@ -305,7 +194,10 @@ mod tests {
         assert_eq!(shared.tls_key, Some(PathBuf::from("/flag/client.key")));
 
         let args = ServeArgs {
-            redis_tls_ca: Some("/etc/tollgate/ca.pem".into()),
+            storage: StoreArgs {
+                redis_tls_ca: Some("/etc/tollgate/ca.pem".into()),
+                ..StoreArgs::default()
+            },
             ..ServeArgs::default()
         };
         let error = ServeConfig::resolve(&args).unwrap_err().to_string();
@@ -327,7 +219,10 @@ mod tests {
             .to_string()
             .contains("htp"));
         let args = ServeArgs {
-            store: Some("etcd://x".into()),
+            storage: StoreArgs {
+                store: Some("etcd://x".into()),
+                ..StoreArgs::default()
+            },
             ..ServeArgs::default()
         };
         assert!(ServeConfig::resolve(&args)

@@ -15,24 +15,21 @@ use anyhow::{Context, Result};
 use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::Store;
-use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
-use tollgate_redis::{RedisConfig, RedisStore};
+use tollgate_memory::{LocalStore, MemoryStore};
 use tollgate_rules::watch::RulesWatcher;
 use tollgate_rules::RuleSet;
-use tollgate_server::guarded::Guarded;
 use tollgate_server::metrics::Metrics;
 use tollgate_server::App;
 
 use crate::args::ServeArgs;
-use config::{LogFormat, ServeConfig, SharedStore, StoreChoice};
-
-/// How often expired keys are swept and the memory gauge updated.
-const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
+use crate::store::{self, SharedStore, StoreChoice};
+use crate::{logging, shutdown};
+use config::ServeConfig;
 
 /// Runs the service until a shutdown signal.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let config = ServeConfig::resolve(args)?;
-    init_logging(config.log_format);
+    logging::init(config.log_format);
     let rules = match &config.rules {
         Some(path) => {
             RuleSet::load(path).with_context(|| format!("loading rules from {}", path.display()))?
@@ -48,7 +45,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
 }
 
 async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
-    match config.store.clone() {
+    match config.store.choice.clone() {
         StoreChoice::Memory => serve_memory(config, rules).await,
         StoreChoice::Redis(shared) => serve_shared(config, shared, rules).await,
     }
@@ -57,10 +54,7 @@ async fn serve(config: ServeConfig, rules: RuleSet) -> Result<()> {
 /// The memory store: sweeps, snapshots, then the servers.
 async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let memory_config = MemoryConfig {
-        max_bytes: config.memory_max_bytes,
-        ..MemoryConfig::default()
-    };
+    let memory_config = store::memory_config(config.store.memory_max_bytes);
     // With client time trusted, saved states may belong to any time: keep
     // them all and let the sweeps decide.
     let load_now = if config.settings.trust_client_time {
@@ -88,7 +82,7 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
             }
         }
     }
-    let housekeeping = tokio::spawn(housekeeping(app.clone(), app.store().clone()));
+    let housekeeping = store::housekeeping(app.store().clone(), gauge(&app));
     let snapshots = match (&config.snapshot, config.snapshot_interval) {
         (Some(path), Some(every)) => Some(tokio::spawn(periodic_snapshots(
             app.clone(),
@@ -112,37 +106,8 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
 /// A shared Redis store under the failure policy, with a local memory
 /// store for the `local` policy.
 async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) -> Result<()> {
-    let redis_config = RedisConfig {
-        key_prefix: shared.prefix.clone(),
-        timeout: shared.timeout,
-        over_limit_cache: shared.over_limit_cache,
-        tls_ca: shared.tls_ca.clone(),
-        tls_cert: shared.tls_cert.clone(),
-        tls_key: shared.tls_key.clone(),
-        ..RedisConfig::default()
-    };
-    let redis = RedisStore::open(&shared.endpoint, redis_config)
-        .with_context(|| format!("opening the store {:?}", shared.endpoint))?;
-    let fallback = LocalStore::system(MemoryStore::new(MemoryConfig {
-        max_bytes: config.memory_max_bytes,
-        ..MemoryConfig::default()
-    }));
     let metrics = Metrics::new();
-    let store = Guarded::new(
-        redis,
-        fallback.clone(),
-        shared.on_error,
-        metrics.store_error_counter(),
-    );
-    match store.primary().ping().await {
-        Ok(()) => tracing::info!(store = ?shared.endpoint, "shared store answers"),
-        Err(error) => tracing::warn!(
-            store = ?shared.endpoint,
-            %error,
-            policy = shared.on_error.as_str(),
-            "shared store does not answer yet; the failure policy applies until it does"
-        ),
-    }
+    let (store, fallback) = store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
     let app = App::with_metrics(
         store,
         rules,
@@ -150,7 +115,7 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
         config.settings.clone(),
         metrics,
     );
-    let housekeeping = tokio::spawn(housekeeping(app.clone(), fallback));
+    let housekeeping = store::housekeeping(fallback, gauge(&app));
     let served = run_servers(app, &config).await;
     housekeeping.abort();
     tracing::info!("stopped");
@@ -186,7 +151,7 @@ async fn run_servers<S: Store>(app: App<S>, config: &ServeConfig) -> Result<()> 
     // One signal stops both servers.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        shutdown::signal().await;
         let _ = stop.send(true);
     });
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
@@ -241,50 +206,8 @@ async fn save_snapshot(app: &App<LocalStore>, path: &std::path::Path) {
     }
 }
 
-/// Sweeps expired keys of the memory store (the main one, or the shared
-/// store's local fallback) a few shards at a time and publishes memory use.
-async fn housekeeping<S: Store>(app: App<S>, store: LocalStore) {
-    let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tick.tick().await;
-        store.memory().sweep(store.sweep_horizon(), 64);
-        app.metrics().set_memory_used(store.memory().memory_used());
-    }
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutdown signal received; finishing requests in flight");
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+/// Reports a memory store's use to `app`'s gauge.
+fn gauge<S: Store>(app: &App<S>) -> impl Fn(usize) + Send + 'static {
+    let app = app.clone();
+    move |used| app.metrics().set_memory_used(used)
 }

@@ -3,9 +3,11 @@
 //!
 //! A call arrives on the fast path: one compare-and-swap on the schedule's
 //! word takes its permits when nobody is waiting and they are free.
-//! Otherwise it joins the line (under the line's mutex) and raises the
-//! schedule's "calls are waiting" flag, which fails every later fast path,
-//! so no later call can pass it. Only the call at the front of the line consults the
+//! Otherwise it takes the line's mutex: permits that turn out to be free
+//! (the fast path lost a race) are recorded there and the call goes;
+//! a call that must wait joins the line and leaves the schedule's "calls
+//! are waiting" flag raised, which fails every later fast path, so no later
+//! call can pass it. Only the call at the front of the line consults the
 //! schedule about the future: it computes when its permits are free, sleeps
 //! until then, and records them when it goes; calls behind it wait for a
 //! wake-up, not for a time. So nothing is booked before it is granted: a
@@ -143,6 +145,18 @@ impl<S: Schedule, C: WaitClock> Engine<S, C> {
                 return None;
             }
             self.schedule.set_waiting(&line, true);
+            // Permits free now (the fast path only lost a race, or read the
+            // clock before another thread's newer reading) go at once,
+            // without the lock ever being let go with the flag raised: a
+            // call arriving meanwhile waits for the lock, not in line, so
+            // no convoy of calls handing the line to one another forms
+            // while nobody needs to wait.
+            let now = now.max(self.clock.now());
+            if self.schedule.earliest(&line, now, n) <= now {
+                self.schedule.record(&line, now, n);
+                self.schedule.set_waiting(&line, false);
+                return None;
+            }
         }
         Some(Place {
             engine: self,
@@ -274,5 +288,46 @@ impl Wake for ThreadWaker {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.0.unpark();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// A schedule whose fast path always loses (as one racing another
+    /// thread does) though its permits are always free; it counts what the
+    /// line records.
+    #[derive(Debug, Default)]
+    struct AlwaysRacing {
+        recorded: AtomicU64,
+    }
+
+    impl Schedule for AlwaysRacing {
+        fn capacity(&self) -> u64 {
+            10
+        }
+        fn try_take(&self, _now: u64, _n: u64) -> Attempt {
+            Attempt::Busy
+        }
+        fn maintain(&self, _held: &Line, _now: u64) {}
+        fn set_waiting(&self, _held: &Line, _waiting: bool) {}
+        fn earliest(&self, _held: &Line, now: u64, _n: u64) -> u64 {
+            now
+        }
+        fn record(&self, _held: &Line, _at: u64, n: u64) {
+            self.recorded.fetch_add(n, Relaxed);
+        }
+    }
+
+    #[test]
+    fn free_permits_go_from_the_lock_without_a_place_in_line() {
+        let engine = Engine::new(AlwaysRacing::default(), ManualClock::new(0));
+        assert!(engine.arrive(3).is_none(), "no place in line was taken");
+        assert_eq!(engine.schedule().recorded.load(Relaxed), 3);
+        assert_eq!(engine.waiting(), 0);
     }
 }

@@ -14,8 +14,12 @@
 //! rarely (at the fastest every half second, for a rate whose `N` has no
 //! factor in common with its period; for `10/s`, never), always with the
 //! fast path closed and the line locked; a reader that raced a re-basing
-//! fails its compare-and-swap and tries again. A
-//! configuration whose whole burst does not fit in the word at all (say a
+//! fails its compare-and-swap and tries again. The origin always sits on a
+//! whole nanosecond no later than the clock reading that set it, so the
+//! fast path does the core's arithmetic on 64-bit numbers relative to it
+//! (exactly the core's decisions: a test replays the core side by side),
+//! and leaves anything that does not fit to the line, which asks the core.
+//! A configuration whose whole burst does not fit in the word at all (say a
 //! burst of millions at one per century) keeps its state under the line's
 //! lock and takes the slow path on every call.
 
@@ -37,6 +41,10 @@ const WAITING: u64 = 1 << 63;
 const GENERATION: u64 = 1 << 62;
 /// The arrival time relative to the origin.
 const RELATIVE: u64 = GENERATION - 1;
+/// `origin_ns` while the origin is not on a whole nanosecond: no clock
+/// reading is at or after it, so the fast path leaves every call to the
+/// line.
+const NO_FAST_PATH: u64 = u64::MAX;
 
 /// The generic cell rate algorithm: `N` per `P`, evenly, with bursts of up
 /// to `burst` permits (see the module docs).
@@ -48,6 +56,14 @@ pub(crate) struct GcraSchedule {
     /// the fast path closed.
     origin_high: AtomicU64,
     origin_low: AtomicU64,
+    /// The origin in nanoseconds: the origin is always this many times
+    /// `units_per_ns`.
+    origin_ns: AtomicU64,
+    /// The core's units in a nanosecond (its reduced `N`), in a permit (its
+    /// reduced `P`), and in the whole burst.
+    units_per_ns: u64,
+    units_per_permit: u64,
+    burst_units: u64,
     /// The burst does not fit in the word: no fast path, and the whole
     /// arrival time lives in the origin.
     slow_only: bool,
@@ -57,11 +73,16 @@ impl GcraSchedule {
     /// `rate`, with bursts of up to `burst` permits (at least 1).
     pub(crate) fn new(rate: Rate, burst: u64) -> Result<Self, WaiterError> {
         let gcra = Gcra::new(rate, burst).map_err(WaiterError::Limit)?;
-        // The whole burst, in the core's units: what a full burst at instant
-        // 0 moves the arrival time to.
-        let mut full_burst = gcra.new_state();
-        gcra.commit(&mut full_burst, 0, burst);
-        let slow_only = full_burst.tat() > u128::from(RELATIVE / 2);
+        // The core's units, read off the core: where a fresh state's arrival
+        // time goes after one nanosecond, one permit, and a full burst.
+        let units_after = |ns: u64, permits: u64| {
+            let mut state = gcra.new_state();
+            gcra.commit(&mut state, ns, permits);
+            state.tat()
+        };
+        let full_burst = units_after(0, burst);
+        let slow_only = full_burst > u128::from(RELATIVE / 2);
+        let narrow = |units: u128| u64::try_from(units).unwrap_or(u64::MAX);
         Ok(GcraSchedule {
             gcra,
             // Until the first call re-bases it, the state is the core's
@@ -69,6 +90,10 @@ impl GcraSchedule {
             word: AtomicU64::new(if slow_only { WAITING } else { 0 }),
             origin_high: AtomicU64::new(0),
             origin_low: AtomicU64::new(0),
+            origin_ns: AtomicU64::new(0),
+            units_per_ns: narrow(units_after(1, 0)),
+            units_per_permit: narrow(units_after(0, 1)),
+            burst_units: narrow(full_burst),
             slow_only,
         })
     }
@@ -77,14 +102,36 @@ impl GcraSchedule {
         u128::from(self.origin_high.load(Relaxed)) << 64 | u128::from(self.origin_low.load(Relaxed))
     }
 
-    fn set_origin(&self, origin: u128) {
+    /// Moves the origin to `tat` for a state whose arrival time is `tat`,
+    /// `now` being the latest clock reading known, and returns the arrival
+    /// time relative to it. The origin goes on the last whole nanosecond at
+    /// or before both, where the fast path can work from it, whenever the
+    /// arrival time then fits the lower half of the word; otherwise (an
+    /// arrival time far ahead of now, or a burst too wide for the word) on
+    /// the arrival time itself, and the fast path stays out until the line
+    /// re-bases again.
+    fn rebase(&self, tat: u128, now: u64) -> u64 {
+        let tat_ns = u64::try_from(tat / u128::from(self.units_per_ns.max(1))).unwrap_or(u64::MAX);
+        let ns = tat_ns.min(now);
+        let aligned = u128::from(ns) * u128::from(self.units_per_ns);
+        let relative = tat.checked_sub(aligned).and_then(|r| u64::try_from(r).ok());
+        let (origin, origin_ns, relative) = match relative {
+            Some(r) if r <= RELATIVE / 2 && !self.slow_only => (aligned, ns, r),
+            _ => (tat, NO_FAST_PATH, 0),
+        };
+        self.origin_ns.store(origin_ns, Relaxed);
         self.origin_high.store((origin >> 64) as u64, Relaxed);
         self.origin_low.store(origin as u64, Relaxed);
+        relative
     }
 
     /// Whether the arrival time in `word`, brought up to `now`, sits in the
-    /// lower half of what the word holds (no re-basing needed).
+    /// lower half of what the word holds and the fast path can use the
+    /// origin (no re-basing needed).
     fn fits(&self, word: u64, now: u64) -> bool {
+        if self.origin_ns.load(Relaxed) == NO_FAST_PATH {
+            return false;
+        }
         let origin = self.origin();
         let mut state = GcraState::from_tat(origin + u128::from(word & RELATIVE));
         self.gcra.commit(&mut state, now, 0);
@@ -104,9 +151,9 @@ impl GcraSchedule {
         GcraState::from_tat(self.origin() + u128::from(relative))
     }
 
-    /// Stores `state` with the line locked, re-basing when it does not fit;
-    /// the flag as `waiting` says.
-    fn store_held(&self, state: GcraState, waiting: bool) {
+    /// Stores `state` with the line locked, re-basing when it does not fit
+    /// (on an origin at or before `now`); the flag as `waiting` says.
+    fn store_held(&self, state: GcraState, now: u64, waiting: bool) {
         let flag = if waiting || self.slow_only {
             WAITING
         } else {
@@ -127,9 +174,9 @@ impl GcraSchedule {
                 // Close first (a fast path holding the old word fails its
                 // swap), then move the origin, then publish.
                 self.word.fetch_or(WAITING, AcqRel);
-                self.set_origin(state.tat());
+                let relative = self.rebase(state.tat(), now);
                 self.word
-                    .store(flag | (word ^ GENERATION) & GENERATION, Release);
+                    .store(flag | (word ^ GENERATION) & GENERATION | relative, Release);
             }
         }
     }
@@ -152,31 +199,42 @@ impl Schedule for GcraSchedule {
             // swap below fails, because the re-basing raised the flag on the
             // word (a read-modify-write, acquire and release, as the swap
             // is) before writing the origin, and flips the generation after.
-            // A torn origin is harmless meanwhile: each half comes from a
-            // real origin, so it stays below 2^96 and no arithmetic
-            // overflows.
-            let origin = self.origin();
-            let mut state = GcraState::from_tat(origin + u128::from(word & RELATIVE));
-            // Only `allowed` is used: inlined, the rest of the decision is
-            // never computed.
-            if !self.gcra.evaluate(&state, now, n).allowed {
-                return Attempt::Busy;
-            }
-            self.gcra.commit(&mut state, now, n);
-            let relative = state
-                .tat()
-                .checked_sub(origin)
-                .and_then(|r| u64::try_from(r).ok());
-            let Some(relative) = relative.filter(|&r| r <= RELATIVE) else {
-                // Time to re-base: the line does it.
+            // The origin is read after the word (acquire).
+            let origin_ns = self.origin_ns.load(Relaxed);
+            // The core's arithmetic, relative to the origin: now in units,
+            // the arrival time brought up to it, the permits added, and
+            // admitted while the arrival time stays within a burst of now.
+            // Anything that does not fit 64 bits (a clock reading before the
+            // origin, a time too far from it) is the line's to handle.
+            let Some(since_origin) = now.checked_sub(origin_ns) else {
                 return Attempt::Busy;
             };
-            match self.word.compare_exchange_weak(
-                word,
-                word & GENERATION | relative,
-                AcqRel,
-                Acquire,
-            ) {
+            // A unit is a nanosecond for every rate whose `N` divides its
+            // period (`10/s`, `1000/min`): no multiplication then.
+            let now_units = if self.units_per_ns == 1 {
+                since_origin
+            } else {
+                match since_origin.checked_mul(self.units_per_ns) {
+                    Some(units) => units,
+                    None => return Attempt::Busy,
+                }
+            };
+            let tat = (word & RELATIVE).max(now_units);
+            // `n` is at most the burst, whose units fit the word.
+            let Some(tat) = tat.checked_add(n * self.units_per_permit) else {
+                return Attempt::Busy;
+            };
+            if tat - now_units > self.burst_units {
+                return Attempt::Busy;
+            }
+            if tat > RELATIVE {
+                // Time to re-base: the line does it.
+                return Attempt::Busy;
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, word & GENERATION | tat, AcqRel, Acquire)
+            {
                 Ok(_) => return Attempt::Taken,
                 Err(current) => word = current,
             }
@@ -194,9 +252,10 @@ impl Schedule for GcraSchedule {
         // An arrival time behind now counts as now: re-based on
         // `max(tat, now)`, the state means the same.
         self.gcra.commit(&mut state, now, 0);
-        self.set_origin(state.tat());
+        let relative = self.rebase(state.tat(), now);
         // The line is empty: reopen, in a new generation.
-        self.word.store((word ^ GENERATION) & GENERATION, Release);
+        self.word
+            .store((word ^ GENERATION) & GENERATION | relative, Release);
     }
 
     fn set_waiting(&self, _held: &Line, waiting: bool) {
@@ -217,7 +276,7 @@ impl Schedule for GcraSchedule {
     fn record(&self, _held: &Line, at: u64, n: u64) {
         let mut state = self.held_state();
         self.gcra.commit(&mut state, at, n);
-        self.store_held(state, true);
+        self.store_held(state, at, true);
     }
 }
 
@@ -283,6 +342,48 @@ mod tests {
                 taken = g.try_take(now, n);
             }
             assert_eq!(taken == Attempt::Taken, expected, "step {step} at {now}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Calls on the fast path, and calls the line serves (recording at
+        /// the earliest instant), against the core's own state: the same
+        /// permits go at the same instants, whatever the rate (a reduced
+        /// `N` of 1, or coprime and re-basing often), the burst and the
+        /// gaps between calls.
+        #[test]
+        fn the_fast_path_and_the_line_decide_as_the_core(
+            n in proptest::prop_oneof![1u64..=20, 1_000_000u64..=4_294_967_291],
+            p_ms in 1u64..=5_000,
+            p_extra in 0u64..1_000,
+            burst in 1u64..=20,
+            steps in proptest::collection::vec((0u64..3_000_000_000, 1u64..=20, proptest::bool::ANY), 1..80),
+        ) {
+            let rate = Rate::from_nanos(n, p_ms * MS + p_extra).unwrap();
+            let g = GcraSchedule::new(rate, burst).unwrap();
+            let core = Gcra::new(rate, burst).unwrap();
+            let mut state = core.new_state();
+            let mut now = 1_700_000_000_000_000_000u64;
+            for (gap, permits, queue) in steps {
+                now += gap;
+                let permits = permits.min(burst);
+                if queue {
+                    let at = core.next_available(&state, now, permits);
+                    core.commit(&mut state, at, permits);
+                    proptest::prop_assert_eq!(take(&g, now, permits), at);
+                } else {
+                    let expected = core.evaluate(&state, now, permits).allowed;
+                    if expected {
+                        core.commit(&mut state, now, permits);
+                    }
+                    let mut taken = g.try_take(now, permits);
+                    if taken != Attempt::Taken {
+                        g.maintain(&held(), now);
+                        taken = g.try_take(now, permits);
+                    }
+                    proptest::prop_assert_eq!(taken == Attempt::Taken, expected, "at {}", now);
+                }
+            }
         }
     }
 

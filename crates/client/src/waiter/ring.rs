@@ -200,25 +200,56 @@ impl RingSchedule {
             let slot = self.slot(head);
             let slot_word = slot.load(Acquire);
             if slot_word >> TAG_SHIFT != head.previous_tag() {
-                return Attempt::Busy;
+                match self.moved_on(word, head, slot_word) {
+                    Some(current) => {
+                        word = current;
+                        continue;
+                    }
+                    None => return Attempt::Busy,
+                }
             }
             let at = self.since_origin(now);
             if slot_word & TIME_MASK > at {
                 return Attempt::Busy;
             }
-            let next = head.plus(1, self.len());
-            match self
-                .head
-                .compare_exchange_weak(word, next.encode(), AcqRel, Acquire)
-            {
+            // The next slot's word: the index plus one, or the next lap's
+            // first slot (no flag is set in `word` here).
+            let next = if head.index + 1 < self.len() {
+                word + 1
+            } else {
+                Head {
+                    lap: head.lap.wrapping_add(1),
+                    index: 0,
+                }
+                .encode()
+            };
+            match self.head.compare_exchange_weak(word, next, AcqRel, Acquire) {
                 Ok(_) => {
-                    let free = at.saturating_add(self.period).min(NEVER - 1);
+                    // `at` is below `NEVER - 1` and the period below 2^62:
+                    // the sum cannot overflow.
+                    let free = (at + self.period).min(NEVER - 1);
                     slot.store(head.slot_word(free), Release);
                     return Attempt::Taken;
                 }
                 Err(current) => word = current,
             }
         }
+    }
+
+    /// A slot at `at` (reached from the head word `word`) carries another
+    /// tag than its previous lap's: either a write of the previous lap is
+    /// still pending (the permits are not free yet), or the slot was claimed
+    /// in its own lap already and `word` is stale. In the second case the
+    /// head has moved on since `word` was read: the head word to try again
+    /// with. (Without this, a call that read the head just before another
+    /// thread claimed and wrote the slot left the fast path for the line.)
+    #[inline]
+    fn moved_on(&self, word: u64, at: Head, slot_word: u64) -> Option<u64> {
+        if slot_word >> TAG_SHIFT != at.lap & 3 {
+            return None;
+        }
+        let current = self.head.load(Acquire);
+        (current != word).then_some(current)
     }
 
     /// Waits until the previous lap's write to the slot at `at` is in
@@ -255,13 +286,22 @@ impl Schedule for RingSchedule {
             }
             let head = Head::decode(word);
             let mut free_at = 0;
+            let mut stale = None;
             for offset in 0..n {
                 let slot = head.plus(offset, len);
                 let slot_word = self.slot(slot).load(Acquire);
                 if slot_word >> TAG_SHIFT != slot.previous_tag() {
-                    return Attempt::Busy;
+                    stale = self.moved_on(word, slot, slot_word);
+                    if stale.is_none() {
+                        return Attempt::Busy;
+                    }
+                    break;
                 }
                 free_at = free_at.max(slot_word & TIME_MASK);
+            }
+            if let Some(current) = stale {
+                word = current;
+                continue;
             }
             // Read after the slots: a laid-out slot's write orders the
             // origin before it.
@@ -465,6 +505,45 @@ mod tests {
             r.fill(claimed, 1, 10 * MS);
             assert_eq!(front.join().unwrap(), 1_010 * MS);
         });
+    }
+
+    #[test]
+    fn a_head_read_before_another_claim_is_read_again_not_busy() {
+        let r = ring(4, 1_000, false);
+        r.maintain(&held(), 0);
+        let stale = r.head.load(Relaxed);
+        let at = Head::decode(stale);
+        // Another call claims and writes the slot after `stale` was read.
+        assert_eq!(r.try_take(0, 1), Attempt::Taken);
+        let written = r.slot(at).load(Relaxed);
+        assert_eq!(r.moved_on(stale, at, written), Some(r.head.load(Relaxed)));
+        // A write still pending from the previous lap is not a moved head.
+        let pending = Head { lap: 2, index: 0 }.slot_word(0);
+        assert_eq!(r.moved_on(stale, at, pending), None);
+    }
+
+    #[test]
+    fn free_permits_are_taken_on_the_fast_path_under_contention() {
+        // More slots than permits taken, all free from the start: nothing
+        // ever makes a call leave the fast path, however the two threads'
+        // reads of the head and the slots interleave.
+        let r = ring(MAX_RING, 1_000, false);
+        r.maintain(&held(), 0);
+        let per_thread = MAX_RING / 2 - 1;
+        let busy: u64 = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..per_thread)
+                            .filter(|_| r.try_take(MS, 1) != Attempt::Taken)
+                            .count() as u64
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!(busy, 0);
+        assert_eq!(Head::decode(r.head.load(Relaxed)).index, 2 * per_thread);
     }
 
     #[test]

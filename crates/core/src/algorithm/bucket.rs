@@ -7,6 +7,7 @@
 //! greatest common divisor, which changes no decision and keeps the numbers
 //! small enough for a 64-bit token count in most configurations.
 
+use super::divisor::Divisor;
 use crate::rate::Rate;
 
 /// A bucket's rate and capacity in scaled units.
@@ -18,6 +19,12 @@ pub(crate) struct BucketMath {
     pub(crate) p: u64,
     /// Capacity in tokens.
     pub(crate) burst: u64,
+    /// Capacity in units (`burst × p`), kept rather than multiplied out on
+    /// every decision.
+    capacity: u128,
+    /// Dividing by `n` and by `p`, the two divisions of a decision.
+    per_n: Divisor,
+    per_p: Divisor,
 }
 
 impl BucketMath {
@@ -25,10 +32,14 @@ impl BucketMath {
     pub(crate) fn new(rate: Rate, burst: u64) -> Self {
         let (n, p) = (rate.limit(), rate.period_nanos());
         let common = gcd(n, p);
+        let (n, p) = (n / common, p / common);
         BucketMath {
-            n: n / common,
-            p: p / common,
+            n,
+            p,
             burst,
+            capacity: u128::from(burst) * u128::from(p),
+            per_n: Divisor::new(n),
+            per_p: Divisor::new(p),
         }
     }
 
@@ -41,7 +52,7 @@ impl BucketMath {
     /// The capacity in units.
     #[inline]
     pub(crate) fn capacity(&self) -> u128 {
-        self.units(self.burst)
+        self.capacity
     }
 
     /// Units refilled (or drained) in `ns` nanoseconds.
@@ -50,16 +61,40 @@ impl BucketMath {
         u128::from(ns) * u128::from(self.n)
     }
 
+    /// The capacity in units when it fits in 64 bits.
+    #[inline]
+    pub(crate) fn capacity64(&self) -> Option<u64> {
+        u64::try_from(self.capacity).ok()
+    }
+
+    /// [`whole_tokens`](Self::whole_tokens) of a 64-bit count.
+    #[inline]
+    pub(crate) fn whole_tokens64(&self, units: u64) -> u64 {
+        self.per_p.floor(units)
+    }
+
+    /// [`nanos_for`](Self::nanos_for) of a 64-bit count.
+    #[inline]
+    pub(crate) fn nanos_for64(&self, units: u64) -> u64 {
+        self.per_n.ceil(units)
+    }
+
     /// Whole tokens in `units`.
     #[inline]
     pub(crate) fn whole_tokens(&self, units: u128) -> u64 {
-        div_floor(units, self.p)
+        match u64::try_from(units) {
+            Ok(units) => self.per_p.floor(units),
+            Err(_) => div_floor(units, self.p),
+        }
     }
 
     /// Nanoseconds needed to refill `units`, rounded up.
     #[inline]
     pub(crate) fn nanos_for(&self, units: u128) -> u64 {
-        div_ceil(units, self.n)
+        match u64::try_from(units) {
+            Ok(units) => self.per_n.ceil(units),
+            Err(_) => div_ceil(units, self.n),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! requests), and further reservations fill that window or the next.
 
 use super::codec::{put_u64, Reader, StateCodec};
+use super::divisor::Divisor;
 use super::tally::{queued, Instants, Tally};
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -17,6 +18,8 @@ use crate::rate::Rate;
 pub struct FixedWindow {
     n: u64,
     p: u64,
+    /// Dividing by `p`: the window of an instant.
+    per_p: Divisor,
 }
 
 /// The window index (`floor(t / P)`) the count belongs to, and the count.
@@ -32,6 +35,7 @@ impl FixedWindow {
         FixedWindow {
             n: rate.limit(),
             p: rate.period_nanos(),
+            per_p: Divisor::new(rate.period_nanos()),
         }
     }
 
@@ -69,7 +73,7 @@ impl Algorithm for FixedWindow {
 
     #[inline(always)]
     fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u64) -> Decision {
-        let window = now / self.p;
+        let window = self.per_p.floor(now);
         if state.window > window {
             // A later window is booked: wait for the queue.
             let next = self.next_available(state, now, cost);
@@ -94,14 +98,14 @@ impl Algorithm for FixedWindow {
 
     #[inline(always)]
     fn commit(&self, state: &mut FixedWindowState, now: u64, cost: u64) -> Option<u64> {
-        let window = now / self.p;
+        let window = self.per_p.floor(now);
         state.count = self.count_in(state, window) + cost;
         state.window = window;
         None
     }
 
     fn next_available(&self, state: &FixedWindowState, now: u64, cost: u64) -> u64 {
-        let window = (now / self.p).max(state.window);
+        let window = self.per_p.floor(now).max(state.window);
         if self.count_in(state, window) + cost <= self.n {
             now.max(window.saturating_mul(self.p))
         } else {

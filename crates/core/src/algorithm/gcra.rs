@@ -87,12 +87,22 @@ impl Algorithm for Gcra {
         let base = state.tat.max(tn);
         let new_tat = base + m.units(cost);
         let cap = m.capacity();
-        if new_tat - tn <= cap {
+        let used = new_tat - tn;
+        if used <= cap {
+            // The common case, in 64 bits whenever the capacity fits them
+            // (then so does everything below it).
+            let (remaining, reset) = match m.capacity64() {
+                Some(cap) => {
+                    let used = used as u64;
+                    (m.whole_tokens64(cap - used), m.nanos_for64(used))
+                }
+                None => (m.whole_tokens(cap - used), m.nanos_for(used)),
+            };
             Decision {
                 allowed: true,
                 limit: m.burst,
-                remaining: m.whole_tokens(cap - (new_tat - tn)),
-                reset_after: Duration::from_nanos(m.nanos_for(new_tat - tn)),
+                remaining,
+                reset_after: Duration::from_nanos(reset),
                 ..Decision::default()
             }
         } else {

@@ -14,6 +14,7 @@
 mod bucket;
 pub mod codec;
 mod concurrency;
+mod divisor;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
@@ -102,16 +103,33 @@ pub trait Algorithm: Send + Sync + 'static {
         false
     }
 
+    /// [`evaluate`](Self::evaluate) then, when admitted,
+    /// [`commit`](Self::commit): the decision for `cost` (validated, not 0)
+    /// at `now`, counted when admitted. A rejection changes nothing.
+    ///
+    /// Algorithms whose evaluation and commit look up the same things (the
+    /// sliding log and the stepped window find the window's start in both)
+    /// override it to do that once; the result is always exactly that of
+    /// the two calls (a property test holds every algorithm to it).
+    #[inline(always)]
+    fn admit(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision {
+        let mut decision = self.evaluate(state, now, cost);
+        if decision.allowed {
+            decision.lease = self.commit(state, now, cost);
+        }
+        decision
+    }
+
     /// Checks `cost` at `now` and counts it when admitted.
     ///
     /// `cost` 0 is a peek: always allowed, nothing changes.
     #[inline]
     fn check(&self, state: &mut Self::State, now: u64, cost: u64) -> Result<Decision, LimitError> {
-        let mut decision = self.try_evaluate(state, now, cost)?;
-        if cost > 0 && decision.allowed {
-            decision.lease = self.commit(state, now, cost);
+        if cost == 0 {
+            return self.try_evaluate(state, now, cost);
         }
-        Ok(decision)
+        self.validate_cost(cost)?;
+        Ok(self.admit(state, now, cost))
     }
 
     /// [`evaluate`](Self::evaluate) with the cost validated and the peek

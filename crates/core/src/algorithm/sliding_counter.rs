@@ -8,6 +8,7 @@
 //! jump the queue of booked requests).
 
 use super::codec::{put_u64, Reader, StateCodec};
+use super::divisor::Divisor;
 use super::tally::{queued, Instants, Tally};
 use super::{Algorithm, Slot};
 use crate::decision::Decision;
@@ -18,6 +19,8 @@ use crate::rate::Rate;
 pub struct SlidingWindowCounter {
     n: u64,
     p: u64,
+    /// Dividing by `p`: the window of an instant, and the weighting.
+    per_p: Divisor,
 }
 
 /// The current window's index and the counts of it and the one before.
@@ -35,6 +38,7 @@ impl SlidingWindowCounter {
         SlidingWindowCounter {
             n: rate.limit(),
             p: rate.period_nanos(),
+            per_p: Divisor::new(rate.period_nanos()),
         }
     }
 
@@ -50,7 +54,11 @@ impl SlidingWindowCounter {
     }
 
     fn weighted(&self, prev: u64, elapsed: u64) -> u64 {
-        super::bucket::div_floor(u128::from(prev) * u128::from(self.p - elapsed), self.p)
+        let weighted = u128::from(prev) * u128::from(self.p - elapsed);
+        match u64::try_from(weighted) {
+            Ok(weighted) => self.per_p.floor(weighted),
+            Err(_) => super::bucket::div_floor(weighted, self.p),
+        }
     }
 
     /// The first elapsed time (ns into the window) from which
@@ -68,7 +76,7 @@ impl SlidingWindowCounter {
     /// The first instant at or after `from` at which `cost` fits, counting
     /// from a state whose counts are `(prev, curr)` in `from`'s window.
     fn first_fit(&self, prev: u64, curr: u64, cost: u64, from: u64) -> u64 {
-        let window = from / self.p;
+        let window = self.per_p.floor(from);
         let start = window * self.p;
         // This window, the next (this one's count becomes prev), the one after
         // (both empty: always fits, since cost ≤ N). Instants saturate at
@@ -101,7 +109,7 @@ impl SlidingWindowCounter {
     }
 
     fn pending(&self, state: &SlidingWindowCounterState, now: u64) -> bool {
-        now < state.booked_until || now / self.p < state.window
+        now < state.booked_until || self.per_p.floor(now) < state.window
     }
 }
 
@@ -129,7 +137,7 @@ impl Algorithm for SlidingWindowCounter {
             let next = self.next_available(state, now, cost);
             return queued(self.n, now, next, self.expires_at(state));
         }
-        let window = now / self.p;
+        let window = self.per_p.floor(now);
         let (prev, curr) = self.counts(state, window);
         let tally = Tally {
             limit: self.n,
@@ -148,7 +156,7 @@ impl Algorithm for SlidingWindowCounter {
 
     #[inline(always)]
     fn commit(&self, state: &mut SlidingWindowCounterState, now: u64, cost: u64) -> Option<u64> {
-        let window = now / self.p;
+        let window = self.per_p.floor(now);
         let (prev, curr) = self.counts(state, window);
         state.window = window;
         state.prev = prev;
@@ -160,7 +168,7 @@ impl Algorithm for SlidingWindowCounter {
         let from = now
             .max(state.booked_until)
             .max(state.window.saturating_mul(self.p));
-        let (prev, curr) = self.counts(state, from / self.p);
+        let (prev, curr) = self.counts(state, self.per_p.floor(from));
         self.first_fit(prev, curr, cost, from)
     }
 

@@ -6,13 +6,13 @@
 //! a window and finding when enough entries leave it are binary searches.
 //! Entries are kept in time order; a reservation is logged at its slot, and
 //! until the newest entry's instant plain checks are rejected (they do not
-//! jump the queue of booked requests). The first two entries live inside the
+//! jump the queue of booked requests). The first entry lives inside the
 //! state; only a longer log moves to the heap.
 
 use super::codec::{Reader, StateCodec};
 use super::running_totals::RunningTotals;
 use super::tally::{queued, Instants, Tally};
-use super::{Algorithm, Slot};
+use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::rate::Rate;
 
@@ -101,6 +101,29 @@ impl Algorithm for SlidingWindowLog {
                 retry: || self.leave_time(state, cost),
             },
         )
+    }
+
+    /// The window's start is found once: its marks count the window and
+    /// are dropped when the request is admitted.
+    #[inline]
+    fn admit(&self, state: &mut SlidingWindowLogState, now: u64, cost: u64) -> Decision {
+        if self.pending(state, now) {
+            return self.evaluate(state, now, cost);
+        }
+        let (outside, before) = state.log.first_from(self.window_start(now));
+        let count = state.log.total() - before;
+        if count + cost > self.n {
+            return self.evaluate(state, now, cost);
+        }
+        // Nothing is pending, so `now` is at or after every mark.
+        state.log.drop_first_and_add(outside, before, now, cost);
+        Decision {
+            allowed: true,
+            limit: self.n,
+            remaining: self.n - count - cost,
+            reset_after: until(now, now.saturating_add(self.p)),
+            ..Decision::default()
+        }
     }
 
     #[inline]

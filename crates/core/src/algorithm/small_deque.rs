@@ -30,8 +30,12 @@ use std::ops::Index;
 pub(crate) enum SmallDeque<T, const K: usize> {
     /// `items[..len]` are the items; the rest are filler.
     Inline { items: [T; K], len: u8 },
-    /// More than `K` items (or, after shrinking, more than `K / 2`).
-    Heap(VecDeque<T>),
+    /// More than `K` items (or, after shrinking, more than `K / 2`). Boxed,
+    /// so that the deque's own size is the inline items' and a keyed
+    /// table's entries stay small (the common state is inline). The extra
+    /// allocation is paid only by the rare key that spills.
+    #[allow(clippy::box_collection)]
+    Heap(Box<VecDeque<T>>),
 }
 
 impl<T: Copy + Default, const K: usize> SmallDeque<T, K> {
@@ -99,6 +103,16 @@ impl<T: Copy + Default, const K: usize> SmallDeque<T, K> {
         b.last().or(a.last())
     }
 
+    /// The newest item, mutably.
+    #[inline]
+    pub(crate) fn back_mut(&mut self) -> Option<&mut T> {
+        let (a, b) = self.as_mut_slices();
+        match b.last_mut() {
+            Some(last) => Some(last),
+            None => a.last_mut(),
+        }
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         let (a, b) = self.as_slices();
         a.iter().chain(b)
@@ -123,7 +137,7 @@ impl<T: Copy + Default, const K: usize> SmallDeque<T, K> {
                 let mut deque = VecDeque::with_capacity(2 * K);
                 deque.extend(items.iter().copied());
                 deque.push_back(item);
-                *self = SmallDeque::Heap(deque);
+                *self = SmallDeque::Heap(Box::new(deque));
             }
             SmallDeque::Heap(deque) => deque.push_back(item),
         }
@@ -148,6 +162,65 @@ impl<T: Copy + Default, const K: usize> SmallDeque<T, K> {
         }
     }
 
+    /// Replaces every item with `item`, inline (a heap buffer is freed).
+    #[inline]
+    pub(crate) fn restart(&mut self, item: T) {
+        let mut items = [T::default(); K];
+        items[0] = item;
+        *self = SmallDeque::Inline { items, len: 1 };
+    }
+
+    /// Drops the first `count` items, then appends `item`: the two without
+    /// moving back inline in between, which would only move out again (a
+    /// key whose leases all expire at once and that takes a new one).
+    pub(crate) fn drop_front_push_back(&mut self, count: usize, item: T) {
+        match self {
+            SmallDeque::Heap(deque) => {
+                Self::pop_heap_front(deque, count);
+                deque.push_back(item);
+                self.unspill_if_small();
+            }
+            SmallDeque::Inline { len, .. } if count > 0 && count == usize::from(*len) => {
+                self.restart(item);
+            }
+            SmallDeque::Inline { .. } => {
+                self.drop_front(count);
+                self.push_back(item);
+            }
+        }
+    }
+
+    fn pop_heap_front(deque: &mut VecDeque<T>, count: usize) {
+        // Usually one or two items leave at a time, for which a pop is
+        // cheaper than setting up a drain.
+        if count <= 4 {
+            for _ in 0..count {
+                deque.pop_front();
+            }
+        } else {
+            deque.drain(..count.min(deque.len()));
+        }
+    }
+
+    /// Drops the first `count` items (at most [`len`](Self::len)); may move
+    /// the rest back inline.
+    pub(crate) fn drop_front(&mut self, count: usize) {
+        match self {
+            SmallDeque::Inline { items, len } => {
+                let n = usize::from(*len);
+                let count = count.min(n);
+                items.copy_within(count..n, 0);
+                items[n - count..n].fill(T::default());
+                // `n - count <= n`, which fits the `u8` it came from.
+                *len = u8::try_from(n - count).unwrap_or(0);
+            }
+            SmallDeque::Heap(deque) => {
+                Self::pop_heap_front(deque, count);
+                self.unspill_if_small();
+            }
+        }
+    }
+
     /// Inserts at `index` (at most [`len`](Self::len)), shifting later items
     /// back. Linear, like [`VecDeque::insert`].
     pub(crate) fn insert(&mut self, index: usize, item: T) {
@@ -162,7 +235,7 @@ impl<T: Copy + Default, const K: usize> SmallDeque<T, K> {
                 let mut deque = VecDeque::with_capacity(2 * K);
                 deque.extend(items.iter().copied());
                 deque.insert(index, item);
-                *self = SmallDeque::Heap(deque);
+                *self = SmallDeque::Heap(Box::new(deque));
             }
             SmallDeque::Heap(deque) => deque.insert(index, item),
         }
@@ -236,7 +309,9 @@ impl<T: Copy + Default, const K: usize> SmallDeque<T, K> {
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
             SmallDeque::Inline { .. } => 0,
-            SmallDeque::Heap(deque) => deque.capacity() * std::mem::size_of::<T>(),
+            SmallDeque::Heap(deque) => {
+                std::mem::size_of::<VecDeque<T>>() + deque.capacity() * std::mem::size_of::<T>()
+            }
         }
     }
 }
@@ -296,7 +371,8 @@ mod tests {
         assert!(deque.is_spilled());
         assert_eq!(items(&deque), [1, 2, 3]);
         assert_eq!((deque.front(), deque.back()), (Some(&1), Some(&3)));
-        assert_eq!(deque.heap_bytes(), 4 * 8);
+        // The boxed deque and its buffer.
+        assert_eq!(deque.heap_bytes(), 32 + 4 * 8);
     }
 
     #[test]
@@ -321,6 +397,53 @@ mod tests {
     }
 
     #[test]
+    fn dropping_from_the_front_keeps_the_rest_in_order() {
+        for spilled in [false, true] {
+            for count in 0..=6 {
+                let mut deque = SmallDeque::<u64, 4>::new();
+                let n = if spilled { 6 } else { 3 };
+                for i in 0..n {
+                    deque.push_back(i);
+                }
+                deque.drop_front(count);
+                let rest: Vec<u64> = (count.min(n as usize) as u64..n).collect();
+                assert_eq!(items(&deque), rest, "spilled {spilled}, count {count}");
+                assert_eq!(deque.len(), rest.len());
+                // Back inline once at most K / 2 remain.
+                assert_eq!(deque.is_spilled(), rest.len() > 2 && spilled);
+                deque.push_back(99);
+                assert_eq!(deque.back(), Some(&99));
+            }
+        }
+    }
+
+    #[test]
+    fn dropping_all_then_pushing_stays_on_the_heap() {
+        // One inline slot, as the concurrency state has: dropping every item
+        // would go inline, and the push right after would move out again.
+        let mut deque = SmallDeque::<u64, 1>::new();
+        for i in 0..6 {
+            deque.push_back(i);
+        }
+        let capacity = deque.heap_bytes();
+        deque.drop_front_push_back(6, 7);
+        assert!(
+            deque.is_spilled(),
+            "not moved inline only to move out again"
+        );
+        assert_eq!(deque.heap_bytes(), capacity);
+        assert_eq!(items(&deque), [7]);
+        // The same as dropping then pushing, item for item.
+        let mut small = SmallDeque::<u64, 4>::new();
+        for i in 0..3 {
+            small.push_back(i);
+        }
+        small.drop_front_push_back(1, 3);
+        assert!(!small.is_spilled());
+        assert_eq!(items(&small), [1, 2, 3]);
+    }
+
+    #[test]
     fn inline_pops_shift_and_pushes_reuse_the_slots() {
         let mut deque = Deque::new();
         for i in 0..10 {
@@ -342,7 +465,7 @@ mod tests {
         let SmallDeque::Heap(heap) = &deque else {
             panic!("not spilled");
         };
-        assert_eq!(deque.heap_bytes(), heap.capacity() * 8);
+        assert_eq!(deque.heap_bytes(), 32 + heap.capacity() * 8);
         assert!(heap.capacity() >= 5);
     }
 

@@ -7,15 +7,16 @@
 //! sliding window would. The default step comes from the Databox paper's
 //! table ([`default_step`]). [`SteppedWindow::record`] counts a request that
 //! was already made (Databox `/increment`) even when it is over the limit.
-//! The first two non-empty steps live inside the state; only more move to the
+//! The first non-empty step lives inside the state; only more move to the
 //! heap.
 
 use std::time::Duration;
 
 use super::codec::{Reader, StateCodec};
+use super::divisor::Divisor;
 use super::running_totals::RunningTotals;
 use super::tally::{queued, Instants, Tally};
-use super::{Algorithm, Slot};
+use super::{until, Algorithm, Slot};
 use crate::decision::Decision;
 use crate::limit::LimitError;
 use crate::rate::Rate;
@@ -31,6 +32,8 @@ pub struct SteppedWindow {
     /// touching a window takes one division, not two.
     whole_steps: u64,
     extra: u64,
+    /// Dividing by `step`: the step of an instant.
+    per_step: Divisor,
 }
 
 /// The non-empty steps that may still touch a window, oldest first: one mark
@@ -83,6 +86,7 @@ impl SteppedWindow {
             step: step_ns,
             whole_steps: p / step_ns,
             extra: p % step_ns,
+            per_step: Divisor::new(step_ns),
         })
     }
 
@@ -93,13 +97,20 @@ impl SteppedWindow {
 
     /// The oldest step that touches `(t − P, t]`.
     fn oldest_touching(&self, t: u64) -> u64 {
-        if t < self.p {
-            return 0;
-        }
+        self.step_and_oldest(t).1
+    }
+
+    /// `t`'s step and the oldest step that touches `(t − P, t]`, from one
+    /// division.
+    #[inline]
+    fn step_and_oldest(&self, t: u64) -> (u64, u64) {
         // floor((t − P) / k) with t = a·k + b and P = q·k + r is
         // a − q − [b < r]: one division instead of a subtraction and one.
-        let (a, b) = (t / self.step, t % self.step);
-        a - self.whole_steps - u64::from(b < self.extra)
+        let (a, b) = self.per_step.div_rem(t);
+        if t < self.p {
+            return (a, 0);
+        }
+        (a, a - self.whole_steps - u64::from(b < self.extra))
     }
 
     /// [`oldest_touching`](Self::oldest_touching) for the start of `step`,
@@ -135,14 +146,9 @@ impl SteppedWindow {
             .is_some_and(|s| now < s.at.saturating_mul(self.step))
     }
 
-    /// Counts `cost` at `at`, whatever the limit says: the request was
-    /// already made. Steps that can no longer touch any window are ignored;
-    /// out-of-order instants land in their own step. Cost 0 records nothing.
-    pub fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) {
-        if cost == 0 {
-            return;
-        }
-        let step = at / self.step;
+    /// [`record`](Self::record) of a request in step `step`.
+    #[inline]
+    fn record_in_step(&self, state: &mut SteppedWindowState, step: u64, cost: u64) {
         let newest = state.steps.newest().map_or(step, |s| s.at.max(step));
         let oldest = self.oldest_touching_step(newest);
         if step < oldest {
@@ -150,6 +156,16 @@ impl SteppedWindow {
         }
         state.steps.drop_before(oldest);
         state.steps.add(step, cost);
+    }
+
+    /// Counts `cost` at `at`, whatever the limit says: the request was
+    /// already made. Steps that can no longer touch any window are ignored;
+    /// out-of-order instants land in their own step. Cost 0 records nothing.
+    pub fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        self.record_in_step(state, self.per_step.floor(at), cost);
     }
 
     /// The requests counted in the window ending at `t`.
@@ -191,11 +207,44 @@ impl Algorithm for SteppedWindow {
             cost,
             Instants {
                 // A counted request lands in the newest step, `now`'s.
-                reset_if_counted: || self.step_leaves(now / self.step),
+                reset_if_counted: || self.step_leaves(self.per_step.floor(now)),
                 reset: || self.expires_at(state),
                 retry: || self.leave_time(state, cost),
             },
         )
+    }
+
+    /// One division finds `now`'s step and the window's oldest; the window
+    /// is counted once.
+    #[inline]
+    fn admit(&self, state: &mut SteppedWindowState, now: u64, cost: u64) -> Decision {
+        if self.pending(state, now) {
+            return self.evaluate(state, now, cost);
+        }
+        let (step, oldest) = self.step_and_oldest(now);
+        let (outside, before) = state.steps.first_from(oldest);
+        let count = state.steps.total() - before;
+        if count + cost > self.n {
+            return self.evaluate(state, now, cost);
+        }
+        // What `record` does, with what is known: `now`'s step is the newest
+        // (nothing is pending), and the steps that can touch no window from
+        // it on are those before the window's oldest, or one more when the
+        // period is not a whole number of steps.
+        let keep_from = self.oldest_touching_step(step);
+        if keep_from == oldest {
+            state.steps.drop_first_and_add(outside, before, step, cost);
+        } else {
+            state.steps.drop_before(keep_from);
+            state.steps.add(step, cost);
+        }
+        Decision {
+            allowed: true,
+            limit: self.n,
+            remaining: self.n - count - cost,
+            reset_after: until(now, self.step_leaves(step)),
+            ..Decision::default()
+        }
     }
 
     #[inline]

@@ -10,6 +10,7 @@ use tollgate_core::{Store, StoreStatus};
 
 use crate::app::App;
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 
 /// `GET /healthz`: the process answers.
 pub(crate) async fn healthz() -> impl IntoResponse {
@@ -21,8 +22,13 @@ pub(crate) async fn healthz() -> impl IntoResponse {
 /// policy meant to keep serving is not defeated by the load balancer);
 /// `503` when requests would fail.
 pub(crate) async fn readyz<S: Store>(State(app): State<App<S>>) -> impl IntoResponse {
-    let store_errors = app.metrics().store_errors();
-    match app.store().status().await {
+    readiness(app.store().status().await, app.metrics().store_errors())
+}
+
+/// The `/readyz` answer for a store in `status`, with `store_errors`
+/// failed store operations so far.
+pub(crate) fn readiness(status: StoreStatus, store_errors: u64) -> impl IntoResponse {
+    match status {
         StoreStatus::Ready => (
             StatusCode::OK,
             Json(json!({"status": "ready", "store_errors": store_errors})),
@@ -40,12 +46,17 @@ pub(crate) async fn readyz<S: Store>(State(app): State<App<S>>) -> impl IntoResp
 
 /// `GET /metrics`: the Prometheus text exposition.
 pub(crate) async fn metrics<S: Store>(State(app): State<App<S>>) -> impl IntoResponse {
+    exposition(app.metrics())
+}
+
+/// The `/metrics` answer: every metric in the Prometheus text format.
+pub(crate) fn exposition(metrics: &Metrics) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.metrics().encode(),
+        metrics.encode(),
     )
 }
 

@@ -3,16 +3,20 @@
 //! limit that applied), the de-facto `X-RateLimit-*` trio for the most
 //! constrained limit, and `Retry-After` on a rejection.
 //!
+//! The decision service, the gateway and the middleware all send these,
+//! built here from the [`AppliedLimit`]s of a decision.
+//!
 //! The Structured Field serialisation is small enough to write here (a list
 //! of strings with integer parameters); the tests parse the output with a
 //! real Structured Fields parser.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use tollgate_core::time::{duration_to_secs_ceil, NANOS_PER_SEC};
-use tollgate_core::{Decision, Limit};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate_core::time::duration_to_secs_ceil;
+use tollgate_core::Decision;
+
+pub use tollgate_rules::check::AppliedLimit;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -28,85 +32,70 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 /// policy decided (SPEC §8).
 pub const X_RATELIMIT_DEGRADED: HeaderName = HeaderName::from_static("x-ratelimit-degraded");
 
-/// One limit that applied to a request, as the headers describe it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppliedLimit {
-    /// The rule's name, or the limit's derived name for inline limits.
-    pub name: String,
-    /// The window the policy is stated over (`w`): the limit's period in
-    /// whole seconds.
-    pub window_secs: u64,
-    /// Its decision for this request.
-    pub decision: Decision,
-}
-
-impl AppliedLimit {
-    /// `limit`'s decision, named `name`.
-    pub fn of(name: String, limit: &Limit, decision: Decision) -> AppliedLimit {
-        AppliedLimit {
-            name,
-            window_secs: limit.rate.period_nanos() / NANOS_PER_SEC,
-            decision,
-        }
-    }
-}
-
 /// Adds the headers for a request that `applied` limits decided to
 /// `headers`; `top` is the most constrained decision and `rejected` whether
 /// the answer is a 429.
 pub fn add_rate_limit_headers(
     headers: &mut HeaderMap,
-    applied: &[AppliedLimit],
+    applied: &[AppliedLimit<'_>],
     top: Option<&Decision>,
     rejected: bool,
 ) {
     if applied.is_empty() {
         return;
     }
-    let mut policy = String::with_capacity(32 * applied.len());
-    let mut state = String::with_capacity(32 * applied.len());
+    // Written byte by byte (itoa for the numbers): on every answer of the
+    // gateway, core::fmt cost more than the rest of the headers together.
+    // Room for all of them at once, rather than growing the map twice.
+    headers.reserve(6);
+    let mut policy = Vec::with_capacity(32 * applied.len());
+    let mut state = Vec::with_capacity(32 * applied.len());
     for (i, a) in applied.iter().enumerate() {
         if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
+            policy.extend_from_slice(b", ");
+            state.extend_from_slice(b", ");
         }
         push_sf_string(&mut policy, &a.name);
         push_sf_string(&mut state, &a.name);
-        // Writing into a String cannot fail.
-        let _ = write!(policy, ";q={};w={}", a.decision.limit, a.window_secs.max(1));
-        let _ = write!(
-            state,
-            ";r={};t={}",
-            a.decision.remaining,
-            duration_to_secs_ceil(a.decision.reset_after)
+        push_param(&mut policy, b";q=", a.decision.limit);
+        push_param(&mut policy, b";w=", a.window_secs.max(1));
+        push_param(&mut state, b";r=", a.decision.remaining);
+        push_param(
+            &mut state,
+            b";t=",
+            duration_to_secs_ceil(a.decision.reset_after),
         );
     }
     insert(headers, RATELIMIT_POLICY, policy);
     insert(headers, RATELIMIT, state);
     if applied.iter().any(|a| a.decision.degraded) {
-        insert(headers, X_RATELIMIT_DEGRADED, "1".to_owned());
+        headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
     }
     if let Some(top) = top {
-        insert(headers, X_RATELIMIT_LIMIT, top.limit.to_string());
-        insert(headers, X_RATELIMIT_REMAINING, top.remaining.to_string());
-        insert(
-            headers,
+        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(top.limit));
+        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(top.remaining));
+        headers.insert(
             X_RATELIMIT_RESET,
-            duration_to_secs_ceil(top.reset_after).to_string(),
+            HeaderValue::from(duration_to_secs_ceil(top.reset_after)),
         );
         if rejected {
-            insert(
-                headers,
-                axum::http::header::RETRY_AFTER,
-                retry_after_secs(top.retry_after).to_string(),
+            headers.insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(top.retry_after)),
             );
         }
     }
 }
 
+/// Appends `key` and `value` (`;q=10`).
+fn push_param(out: &mut Vec<u8>, key: &[u8], value: u64) {
+    out.extend_from_slice(key);
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
 /// The headers of [`add_rate_limit_headers`] as a map of their own.
 pub fn rate_limit_headers(
-    applied: &[AppliedLimit],
+    applied: &[AppliedLimit<'_>],
     top: Option<&Decision>,
     rejected: bool,
 ) -> HeaderMap {
@@ -120,10 +109,10 @@ pub fn retry_after_secs(retry_after: Duration) -> u64 {
     duration_to_secs_ceil(retry_after).max(1)
 }
 
-fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
+fn insert(headers: &mut HeaderMap, name: HeaderName, value: Vec<u8>) {
     // Every value is built from digits and `push_sf_string` output: visible
-    // ASCII. Converting the String hands its buffer over without a copy.
-    if let Ok(value) = HeaderValue::try_from(value) {
+    // ASCII. Bytes take the buffer over without a copy.
+    if let Ok(value) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
         headers.insert(name, value);
     }
 }
@@ -131,28 +120,29 @@ fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
 /// A Structured Field string (RFC 9651 §3.3.3): visible ASCII and space,
 /// with `"` and `\` escaped; any other character becomes `_`, so a rule
 /// name from a file can never break the header.
-fn push_sf_string(out: &mut String, text: &str) {
+fn push_sf_string(out: &mut Vec<u8>, text: &str) {
     out.reserve(text.len() + 2);
-    out.push('"');
+    out.push(b'"');
     for c in text.chars() {
         match c {
             '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+                out.push(b'\\');
+                out.push(c as u8);
             }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
+            // Visible ASCII: one byte.
+            ' '..='~' => out.push(c as u8),
+            _ => out.push(b'_'),
         }
     }
-    out.push('"');
+    out.push(b'"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_core::{AlgorithmName, Rate};
+    use tollgate_core::{AlgorithmName, Limit, Rate};
 
-    fn applied(name: &str, rate: &str, remaining: u64, reset_ms: u64) -> AppliedLimit {
+    fn applied(name: &str, rate: &str, remaining: u64, reset_ms: u64) -> AppliedLimit<'static> {
         let rate: Rate = rate.parse().unwrap();
         let decision = Decision {
             allowed: true,
@@ -162,7 +152,7 @@ mod tests {
             ..Decision::default()
         };
         AppliedLimit::of(
-            name.into(),
+            name.to_owned(),
             &Limit::new(AlgorithmName::FixedWindow, rate),
             decision,
         )
@@ -186,7 +176,7 @@ mod tests {
         );
         assert_eq!(h[&X_RATELIMIT_REMAINING], "4");
         assert_eq!(h[&X_RATELIMIT_RESET], "1");
-        assert!(h.get(axum::http::header::RETRY_AFTER).is_none());
+        assert!(h.get(http::header::RETRY_AFTER).is_none());
     }
 
     #[test]
@@ -194,6 +184,6 @@ mod tests {
         let limits = [applied("é\n", "5/100ms", 0, 0)];
         let h = rate_limit_headers(&limits, Some(&limits[0].decision), true);
         assert_eq!(h[&RATELIMIT_POLICY], r#""__";q=5;w=1"#);
-        assert_eq!(h[axum::http::header::RETRY_AFTER], "1");
+        assert_eq!(h[http::header::RETRY_AFTER], "1");
     }
 }

@@ -1,0 +1,169 @@
+//! `tollgate gateway`: wiring only. Reads the settings, loads the rules
+//! and watches them, builds the store (memory, or Redis under its failure
+//! policy) and its housekeeping, then serves the reverse proxy
+//! ([`tollgate_server::gateway`]) behind the rate-limiting layer
+//! ([`tollgate_tower::RateLimitLayer`]) and the optional admin port until
+//! SIGTERM or SIGINT, and finishes the requests in flight.
+
+pub mod config;
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tollgate_core::Store;
+use tollgate_rules::watch::RulesWatcher;
+use tollgate_rules::RuleSet;
+use tollgate_server::gateway::{self, MetricsObserver, Proxy, ProxySettings};
+use tollgate_server::metrics::Metrics;
+use tollgate_server::reload::apply_reload;
+use tollgate_tower::{RateLimitLayer, Settings};
+use tower::ServiceBuilder;
+
+use crate::args::GatewayArgs;
+use crate::config_file::ConfigError;
+use crate::store::{self, StoreChoice};
+use crate::{logging, shutdown};
+use config::GatewayConfig;
+
+/// Runs the gateway until a shutdown signal.
+pub fn run(args: &GatewayArgs) -> Result<()> {
+    let mut config = GatewayConfig::resolve(args)?;
+    logging::init(config.log_format);
+    let rules = match &config.rules {
+        Some(path) => {
+            RuleSet::load(path).with_context(|| format!("loading rules from {}", path.display()))?
+        }
+        None => RuleSet::default(),
+    };
+    config.domain = config::domain_in(&rules, config.domain.as_deref())?;
+    let settings = ProxySettings {
+        timeout: config.upstream_timeout,
+        tls_ca: config.upstream_tls_ca.clone(),
+    };
+    // Built before serving, so that unusable CA certificates stop the
+    // start with a setting to fix.
+    let proxy = Proxy::new(config.upstream.clone(), settings)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tollgate")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config, proxy, rules))
+}
+
+/// Builds the store and its housekeeping, then serves.
+async fn serve(config: GatewayConfig, proxy: Proxy, rules: RuleSet) -> Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let gauge = {
+        let metrics = Arc::clone(&metrics);
+        move |used| metrics.set_memory_used(used)
+    };
+    match config.store.choice.clone() {
+        StoreChoice::Memory => {
+            let store = store::memory(config.store.memory_max_bytes);
+            let housekeeping = store::housekeeping(store.clone(), gauge);
+            let served = serve_on(&config, proxy, Arc::new(store), rules, metrics).await;
+            housekeeping.abort();
+            served
+        }
+        StoreChoice::Redis(shared) => {
+            let (store, fallback) =
+                store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
+            let housekeeping = store::housekeeping(fallback, gauge);
+            let served = serve_on(&config, proxy, Arc::new(store), rules, metrics).await;
+            housekeeping.abort();
+            served
+        }
+    }
+}
+
+/// Watches the rules, binds the ports and serves until a shutdown signal.
+async fn serve_on<S: Store>(
+    config: &GatewayConfig,
+    proxy: Proxy,
+    store: Arc<S>,
+    rules: RuleSet,
+    metrics: Arc<Metrics>,
+) -> Result<()> {
+    // The rules in force, swapped whole on each reload.
+    let rules = Arc::new(ArcSwap::from_pointee(rules));
+    let _watcher = config.rules.as_ref().map(|path| {
+        let (rules, metrics) = (Arc::clone(&rules), Arc::clone(&metrics));
+        RulesWatcher::spawn(path, move |loaded| {
+            let _ = apply_reload(&rules, &metrics, loaded);
+        })
+    });
+
+    // Without rules there is no domain, and every request goes through
+    // unchecked: a plain proxy.
+    if config.domain.is_none() {
+        tracing::warn!("no rules: every request is forwarded without a rate limit");
+    }
+    let limits = RateLimitLayer::new(
+        Arc::clone(&store),
+        Arc::clone(&rules),
+        config.domain.clone().unwrap_or_default(),
+    )
+    .with_trusted_proxies(config.trusted_proxies.clone())
+    .with_settings(Settings {
+        shadow: config.shadow,
+        headers: config.headers,
+        ..Settings::default()
+    })
+    .with_observer(MetricsObserver::new(Arc::clone(&metrics)));
+    let service = ServiceBuilder::new().layer(limits).service(proxy);
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the gateway to {}", config.listen))?;
+    let address = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%address, upstream = %config.upstream, "serving the gateway");
+    // Tests and scripts read the real port (after `--listen 127.0.0.1:0`)
+    // from this line.
+    println!("tollgate: gateway listening on http://{address}");
+    let admin = match config.admin {
+        Some(at) => {
+            let listener = TcpListener::bind(at)
+                .await
+                .with_context(|| format!("binding the admin port to {at}"))?;
+            let address = listener.local_addr().context("reading the bound address")?;
+            tracing::info!(%address, "serving the admin port");
+            println!("tollgate: admin listening on http://{address}");
+            Some(listener)
+        }
+        None => None,
+    };
+
+    // One signal stops both servers.
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown::signal().await;
+        let _ = stop.send(true);
+    });
+    let gateway = gateway::run(listener, service, until_stopped(stopped.clone()));
+    let admin = async {
+        match admin {
+            Some(listener) => {
+                let router = gateway::admin_router(store, metrics);
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(until_stopped(stopped))
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let (gateway, admin) = tokio::join!(gateway, admin);
+    gateway.context("serving the gateway")?;
+    admin.context("serving the admin port")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes once `stopped` turns true.
+async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|&s| s).await;
+}

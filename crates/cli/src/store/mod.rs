@@ -1,0 +1,88 @@
+//! Building the store of `serve` and `gateway`: the memory store, or a
+//! shared Redis store under its `--on-store-error` policy with a local
+//! memory store beside it; and the housekeeping every memory store needs.
+//!
+//! `serve`'s snapshots are its own (`serve::snapshot`); everything else
+//! about the store is built here, once, for both subcommands.
+
+pub mod config;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::task::JoinHandle;
+use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+use tollgate_redis::{RedisConfig, RedisStore};
+use tollgate_server::guarded::Guarded;
+use tollgate_server::metrics::Metrics;
+
+pub use config::{SharedStore, StoreChoice, StoreConfig, StoreFile};
+
+/// How often expired keys are swept and the memory gauge updated.
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_millis(250);
+
+/// The memory store's settings for a cap of `max_bytes`.
+pub fn memory_config(max_bytes: usize) -> MemoryConfig {
+    MemoryConfig {
+        max_bytes,
+        ..MemoryConfig::default()
+    }
+}
+
+/// The memory store on the system clock.
+pub fn memory(max_bytes: usize) -> LocalStore {
+    LocalStore::system(MemoryStore::new(memory_config(max_bytes)))
+}
+
+/// A shared store under its failure policy, counting policy decisions in
+/// `metrics`, and the local memory store that answers under `local` (it
+/// needs [`housekeeping`] too). Logs whether the shared store answers yet;
+/// it is not an error when it does not: the policy applies until it does.
+pub async fn shared(
+    shared: &SharedStore,
+    memory_max_bytes: usize,
+    metrics: &Metrics,
+) -> Result<(Guarded<RedisStore>, LocalStore)> {
+    let redis_config = RedisConfig {
+        key_prefix: shared.prefix.clone(),
+        timeout: shared.timeout,
+        over_limit_cache: shared.over_limit_cache,
+        tls_ca: shared.tls_ca.clone(),
+        tls_cert: shared.tls_cert.clone(),
+        tls_key: shared.tls_key.clone(),
+        ..RedisConfig::default()
+    };
+    let redis = RedisStore::open(&shared.endpoint, redis_config)
+        .with_context(|| format!("opening the store {:?}", shared.endpoint))?;
+    let fallback = memory(memory_max_bytes);
+    let store = Guarded::new(
+        redis,
+        fallback.clone(),
+        shared.on_error,
+        metrics.store_error_counter(),
+    );
+    match store.primary().ping().await {
+        Ok(()) => tracing::info!(store = ?shared.endpoint, "shared store answers"),
+        Err(error) => tracing::warn!(
+            store = ?shared.endpoint,
+            %error,
+            policy = shared.on_error.as_str(),
+            "shared store does not answer yet; the failure policy applies until it does"
+        ),
+    }
+    Ok((store, fallback))
+}
+
+/// Sweeps the expired keys of `store` a few shards at a time and reports
+/// its memory use to `report` (the metrics gauge), until aborted.
+pub fn housekeeping(store: LocalStore, report: impl Fn(usize) + Send + 'static) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            store.memory().sweep(store.sweep_horizon(), 64);
+            report(store.memory().memory_used());
+        }
+    })
+}

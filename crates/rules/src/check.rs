@@ -1,0 +1,232 @@
+//! The rules decision, independent of any transport: a request's
+//! descriptors resolved against a domain, checked through a
+//! [`Store`], and summed up in an [`Outcome`].
+//!
+//! The decision service (`/v1/check`), the gateway and the tower middleware
+//! all decide through this module, so they agree on every answer:
+//!
+//! - the limits of every enforced rule (not in `shadow_mode`) are checked
+//!   together, all-or-nothing: the request is admitted only when all admit,
+//!   and a rejection counts nothing anywhere;
+//! - each `shadow_mode` rule is checked on its own, so its verdict is
+//!   reported and counted but never blocks the request or the other rules;
+//! - `unlimited` rules are never counted; a rule with `requests_per_unit: 0`
+//!   rejects every request (the other rules are then only peeked, so a
+//!   denied request counts nowhere);
+//! - with the global shadow switch, every rejection is reported and none
+//!   enforced;
+//! - the top decision is the most constrained one of the enforced rules (of
+//!   the shadow ones when no enforced rule applied).
+//!
+//! This module owns no wire format and counts no metrics: callers turn an
+//! [`Outcome`] into JSON, protobuf or HTTP headers and feed their own
+//! metrics from its per-descriptor results. The outcome types are
+//! `outcome`.
+
+use std::borrow::Cow;
+
+use tollgate_core::{Decision, Limit, LimitKey, Moment, Store, StoreError};
+
+use crate::error::UnknownDomain;
+use crate::matcher::Domain;
+use crate::resolve::{resolve_rules, Descriptor};
+use crate::rule::Rule;
+use crate::ruleset::RuleSet;
+
+mod outcome;
+
+pub use outcome::{denied, limit_name, AppliedLimit, DescriptorOutcome, Outcome};
+
+/// Store keys of rules counters start with this byte (inline keys start
+/// with another), so no client-chosen inline key can name a rule's counter.
+pub const RULES_KEY_PREFIX: u8 = b'r';
+
+/// Room for most store keys (a rule path and a few values) in one
+/// allocation.
+const COUNTER_KEY_CAPACITY: usize = 128;
+
+/// One request descriptor's rule and store key.
+#[derive(Debug, Clone)]
+pub struct Planned<'r> {
+    rule: &'r Rule,
+    key: Vec<u8>,
+    detailed: Option<String>,
+}
+
+impl<'r> Planned<'r> {
+    /// The rule that applies.
+    pub fn rule(&self) -> &'r Rule {
+        self.rule
+    }
+
+    /// The store key: [`RULES_KEY_PREFIX`], then the rule's counter key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// With `detailed_metric`, the metric label carrying the request's
+    /// values ([`Rule::metric_label`]); `None` otherwise.
+    pub fn detailed_label(&self) -> Option<&str> {
+        self.detailed.as_deref()
+    }
+
+    /// Whether the rule's limits are counted (it is neither `unlimited` nor
+    /// deny-all).
+    pub fn counts(&self) -> bool {
+        counts(self.rule)
+    }
+
+    /// The header name of the rule's limit `l`: see [`limit_name`].
+    pub fn limit_name(&self, l: usize) -> Cow<'r, str> {
+        limit_name(self.rule, l)
+    }
+}
+
+fn counts(rule: &Rule) -> bool {
+    !rule.unlimited() && !rule.denies_all()
+}
+
+/// One enforced limit of a [`Plan`]: its descriptor, its index among the
+/// rule's limits, the limit and the store key.
+pub type EnforcedLimit<'p, 'r> = (usize, usize, &'r Limit, &'p [u8]);
+
+/// How a request's descriptors are decided, before the store is asked: one
+/// entry per descriptor, `None` where no rule applies. A plan borrows the
+/// rules, not the request's descriptors, so it can be kept across an
+/// `.await` after the request has moved on.
+#[derive(Debug, Clone)]
+pub struct Plan<'r> {
+    descriptors: Vec<Option<Planned<'r>>>,
+    global_shadow: bool,
+}
+
+impl<'r> Plan<'r> {
+    /// Resolves `descriptors` against the domain called `domain`.
+    pub fn resolve<D: Descriptor>(
+        rules: &'r RuleSet,
+        domain: &str,
+        descriptors: &[D],
+        global_shadow: bool,
+    ) -> Result<Plan<'r>, UnknownDomain> {
+        let found = rules.domain(domain).ok_or_else(|| UnknownDomain {
+            domain: domain.to_string(),
+        })?;
+        Ok(Plan::new(found, descriptors, global_shadow))
+    }
+
+    /// Resolves `descriptors` against `domain` (`replaces` applied). With
+    /// `global_shadow`, rejections are reported and none is enforced.
+    pub fn new<D: Descriptor>(
+        domain: &'r Domain,
+        descriptors: &[D],
+        global_shadow: bool,
+    ) -> Plan<'r> {
+        let descriptors = resolve_rules(domain, descriptors)
+            .into_iter()
+            .zip(descriptors)
+            .map(|(rule, d)| {
+                rule.map(|rule| {
+                    let mut key = Vec::with_capacity(COUNTER_KEY_CAPACITY);
+                    key.push(RULES_KEY_PREFIX);
+                    rule.write_counter_key(d, &mut key);
+                    Planned {
+                        rule,
+                        key,
+                        detailed: rule.detailed_metric().then(|| rule.metric_label(d)),
+                    }
+                })
+            })
+            .collect();
+        Plan {
+            descriptors,
+            global_shadow,
+        }
+    }
+
+    /// Each descriptor's rule and key, in request order.
+    pub fn descriptors(&self) -> &[Option<Planned<'r>>] {
+        &self.descriptors
+    }
+
+    /// Whether the global shadow switch is on for this plan.
+    pub fn global_shadow(&self) -> bool {
+        self.global_shadow
+    }
+
+    /// Every enforced limit: those of counted rules not in shadow mode,
+    /// checked together.
+    pub fn enforced(&self) -> Vec<EnforcedLimit<'_, 'r>> {
+        let mut out = Vec::new();
+        for (d, p) in self.descriptors.iter().enumerate() {
+            if let Some(p) = p.as_ref().filter(|p| p.counts() && !p.rule.shadow_mode()) {
+                let rule: &'r Rule = p.rule;
+                out.extend(
+                    rule.limits()
+                        .iter()
+                        .enumerate()
+                        .map(|(l, limit)| (d, l, limit, p.key.as_slice())),
+                );
+            }
+        }
+        out
+    }
+
+    /// The first enforced rule that rejects every request, if any.
+    pub fn denying_rule(&self) -> Option<&'r Rule> {
+        self.descriptors
+            .iter()
+            .flatten()
+            .map(|p| p.rule)
+            .find(|r| r.denies_all() && !r.shadow_mode())
+    }
+
+    /// Asks `store` about every rule at `at` for `cost` and sums up the
+    /// answers. Nothing is counted when the store fails.
+    pub async fn check<S: Store>(
+        self,
+        store: &S,
+        at: Moment,
+        cost: u64,
+    ) -> Result<Outcome<'r>, StoreError> {
+        // decisions[d][l]: descriptor d's limit l.
+        let mut decisions: Vec<Vec<Decision>> = self
+            .descriptors
+            .iter()
+            .map(|p| {
+                p.as_ref().map_or(Vec::new(), |p| {
+                    vec![Decision::default(); p.rule.limits().len()]
+                })
+            })
+            .collect();
+
+        // A deny-all rule rejects the request: the others are only peeked.
+        let group_cost = if self.denying_rule().is_some() {
+            0
+        } else {
+            cost
+        };
+        let enforced = self.enforced();
+        if !enforced.is_empty() {
+            let requests: Vec<LimitKey<'_>> = enforced
+                .iter()
+                .map(|&(_, _, limit, key)| LimitKey { limit, key })
+                .collect();
+            let got = store.check(&requests, at, group_cost).await?;
+            for (&(d, l, _, _), decision) in enforced.iter().zip(got) {
+                decisions[d][l] = decision;
+            }
+        }
+        for (d, p) in self.descriptors.iter().enumerate() {
+            if let Some(p) = p.as_ref().filter(|p| p.counts() && p.rule.shadow_mode()) {
+                let requests: Vec<LimitKey<'_>> = p
+                    .rule
+                    .limits()
+                    .iter()
+                    .map(|limit| LimitKey { limit, key: &p.key })
+                    .collect();
+                decisions[d] = store.check(&requests, at, cost).await?;
+            }
+        }
+        Ok(Outcome::sum(self, decisions))
+    }
+}

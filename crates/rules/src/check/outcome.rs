@@ -1,0 +1,228 @@
+//! What the rules decided: [`Outcome`] for a request, [`DescriptorOutcome`]
+//! for each of its descriptors, and [`AppliedLimit`]s, the limits the
+//! rate-limit headers describe — summed up from the store's decisions by
+//! [`Plan::check`](super::Plan::check).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use tollgate_core::time::NANOS_PER_SEC;
+use tollgate_core::{Decision, Limit};
+
+use super::Plan;
+use crate::rule::Rule;
+
+/// One limit that applied to a request, with its decision: what the
+/// rate-limit headers describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedLimit<'a> {
+    /// The rule's name (see [`limit_name`]), or a name derived from
+    /// the limit for inline limits.
+    pub name: Cow<'a, str>,
+    /// The window the policy is stated over: the limit's period in whole
+    /// seconds.
+    pub window_secs: u64,
+    /// Its decision for this request.
+    pub decision: Decision,
+}
+
+impl<'a> AppliedLimit<'a> {
+    /// `limit`'s decision, named `name`.
+    pub fn of(
+        name: impl Into<Cow<'a, str>>,
+        limit: &Limit,
+        decision: Decision,
+    ) -> AppliedLimit<'a> {
+        AppliedLimit {
+            name: name.into(),
+            window_secs: limit.rate.period_nanos() / NANOS_PER_SEC,
+            decision,
+        }
+    }
+
+    /// The same, owning its name.
+    pub fn into_owned(self) -> AppliedLimit<'static> {
+        AppliedLimit {
+            name: Cow::Owned(self.name.into_owned()),
+            window_secs: self.window_secs,
+            decision: self.decision,
+        }
+    }
+}
+
+/// The header name of `rule`'s limit `l`: the rule's `name` (or its path),
+/// with the limit's rate appended when the rule has several limits.
+pub fn limit_name(rule: &Rule, l: usize) -> Cow<'_, str> {
+    let name = rule.name().unwrap_or(rule.id());
+    match rule.limits() {
+        [_] => Cow::Borrowed(name),
+        limits => Cow::Owned(match limits.get(l) {
+            Some(limit) => format!("{name}:{}", limit.rate),
+            None => name.to_owned(),
+        }),
+    }
+}
+
+/// What the rules decided for one request descriptor.
+#[derive(Debug, Clone)]
+pub struct DescriptorOutcome<'r> {
+    /// The rule that applied.
+    pub rule: &'r Rule,
+    /// The store key it counted under.
+    pub key: Vec<u8>,
+    /// One decision per limit of the rule, in the order of
+    /// [`Rule::limits`]; empty for `unlimited` and deny-all rules.
+    pub decisions: Vec<Decision>,
+    /// The descriptor's decision: the most constrained of its limits; for a
+    /// deny-all rule, a rejection for one unit; for an `unlimited` rule, an
+    /// admission with no limit (`limit` 0).
+    pub decision: Decision,
+    /// The rule's rejection is not enforced: it is in `shadow_mode`, or the
+    /// global shadow switch is on.
+    pub shadow: bool,
+    /// With `detailed_metric`, the metric label with the request's values.
+    pub detailed: Option<String>,
+}
+
+impl<'r> DescriptorOutcome<'r> {
+    /// The metric label: the detailed one, or the rule's path.
+    pub fn metric_label(&self) -> &str {
+        self.detailed.as_deref().unwrap_or(self.rule.id())
+    }
+
+    /// Whether the rule's decision is worth reporting (every rule but an
+    /// `unlimited` one).
+    pub fn decided(&self) -> bool {
+        !self.rule.unlimited()
+    }
+
+    /// The limits that applied, with their decisions and header names (a
+    /// deny-all rule reports one limit of 0 over its unit).
+    pub fn applied(&self) -> impl Iterator<Item = AppliedLimit<'r>> + '_ {
+        let rule: &'r Rule = self.rule;
+        let denied = rule.denies_all().then(|| AppliedLimit {
+            name: Cow::Borrowed(rule.name().unwrap_or(rule.id())),
+            window_secs: self.decision.reset_after.as_secs(),
+            decision: self.decision,
+        });
+        let limits = rule.limits().iter().zip(&self.decisions).enumerate().map(
+            move |(l, (limit, decision))| AppliedLimit::of(limit_name(rule, l), limit, *decision),
+        );
+        denied.into_iter().chain(limits)
+    }
+}
+
+/// What the rules decided for a request.
+#[derive(Debug, Clone)]
+pub struct Outcome<'r> {
+    /// One entry per request descriptor, in order; `None` where no rule
+    /// applied.
+    pub descriptors: Vec<Option<DescriptorOutcome<'r>>>,
+    /// The request is admitted: every enforced rule admitted it (always,
+    /// under the global shadow switch).
+    pub allowed: bool,
+    /// A rule whose rejection is not enforced rejected the request.
+    pub shadow_rejected: bool,
+    /// The most constrained decision of the enforced rules (of the
+    /// `shadow_mode` rules when no enforced rule applied); `None` when no
+    /// counted rule applied.
+    pub top: Option<Decision>,
+}
+
+impl<'r> Outcome<'r> {
+    pub(super) fn sum(plan: Plan<'r>, decisions: Vec<Vec<Decision>>) -> Outcome<'r> {
+        let global_shadow = plan.global_shadow;
+        let mut top_enforced: Option<Decision> = None;
+        let mut top_shadow: Option<Decision> = None;
+        let mut shadow_rejected = false;
+        let mut allowed = true;
+        let descriptors = plan
+            .descriptors
+            .into_iter()
+            .zip(decisions)
+            .map(|(p, limits)| {
+                let p = p?;
+                let rule = p.rule;
+                let decision = if rule.unlimited() {
+                    Decision {
+                        allowed: true,
+                        ..Decision::default()
+                    }
+                } else {
+                    let decision = if rule.denies_all() {
+                        denied(rule)
+                    } else {
+                        limits
+                            .iter()
+                            .copied()
+                            .reduce(Decision::most_constrained)
+                            .unwrap_or_default()
+                    };
+                    let top = if rule.shadow_mode() {
+                        shadow_rejected |= !decision.allowed;
+                        &mut top_shadow
+                    } else {
+                        allowed &= decision.allowed;
+                        &mut top_enforced
+                    };
+                    *top = Some(top.map_or(decision, |t| t.most_constrained(decision)));
+                    decision
+                };
+                Some(DescriptorOutcome {
+                    rule,
+                    key: p.key,
+                    decisions: limits,
+                    decision,
+                    shadow: rule.shadow_mode() || global_shadow,
+                    detailed: p.detailed,
+                })
+            })
+            .collect();
+        if global_shadow && !allowed {
+            shadow_rejected = true;
+            allowed = true;
+        }
+        Outcome {
+            descriptors,
+            allowed,
+            shadow_rejected,
+            top: top_enforced.or(top_shadow),
+        }
+    }
+
+    /// Every limit that applied, descriptor by descriptor (shadow-mode rules
+    /// included), for the rate-limit headers.
+    pub fn applied(&self) -> Vec<AppliedLimit<'r>> {
+        self.descriptors
+            .iter()
+            .flatten()
+            .flat_map(DescriptorOutcome::applied)
+            .collect()
+    }
+
+    /// The enforced rule that rejected the request (the one with the
+    /// longest wait), if any.
+    pub fn rejecting_rule(&self) -> Option<&DescriptorOutcome<'r>> {
+        self.descriptors
+            .iter()
+            .flatten()
+            .filter(|d| !d.rule.shadow_mode() && !d.decision.allowed)
+            .max_by_key(|d| d.decision.retry_after)
+    }
+}
+
+/// The decision of a rule that rejects every request: wait one unit.
+pub fn denied(rule: &Rule) -> Decision {
+    let unit = rule
+        .reported_limits()
+        .first()
+        .map_or(1, |r| r.unit.seconds());
+    Decision {
+        allowed: false,
+        limit: 0,
+        remaining: 0,
+        retry_after: Duration::from_secs(unit),
+        reset_after: Duration::from_secs(unit),
+        ..Decision::default()
+    }
+}

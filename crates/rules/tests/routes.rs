@@ -1,0 +1,268 @@
+//! The `routes:` list: what it parses into, and every mistake named with
+//! FILE:LINE:COLUMN.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use tollgate_rules::{Action, HostMatch, PathMatch, Route, RuleSet};
+
+fn routes(yaml: &str) -> Vec<Route> {
+    let rules = RuleSet::from_yaml(yaml, "edge.yaml").unwrap_or_else(|e| panic!("{e}"));
+    rules.domain("edge").unwrap().routes().unwrap().to_vec()
+}
+
+/// Asserts the load error starts with `edge.yaml:<place>: ` and contains `reason`.
+#[track_caller]
+fn check(yaml: &str, place: &str, reason: &str) {
+    let message = match RuleSet::from_yaml(yaml, "edge.yaml") {
+        Ok(_) => panic!("loaded:\n{yaml}"),
+        Err(e) => e.to_string(),
+    };
+    let prefix = format!("edge.yaml:{place}: ");
+    assert!(
+        message.starts_with(&prefix) && message.contains(reason),
+        "expected {prefix}…{reason}…, got: {message}"
+    );
+}
+
+const FULL: &str = r#"domain: edge
+routes:
+  - name: api
+    match:
+      path_prefix: /api/
+      methods: [GET, POST]
+      host: "*.Example.com"
+    shadow: true
+    delay: 4
+    descriptors:
+      - [remote_address]
+      - [{generic_key: {descriptor_value: api}}, {request_headers: {header_name: X-Tenant, descriptor_key: tenant, skip_if_absent: true}}]
+      - [{api_key: {header_name: Authorization}}, method, path, host]
+      - [{remote_address: {}}, api_key]
+  - match: {path_glob: "/users/*/orders/**"}
+    nodelay: true
+    descriptors: [[path]]
+  - name: health
+    match: {path: /healthz}
+    enabled: false
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra}
+"#;
+
+#[test]
+fn routes_parse_into_plain_data() {
+    let r = routes(FULL);
+    assert_eq!(r.len(), 3);
+    let api = &r[0];
+    assert_eq!(api.name.as_deref(), Some("api"));
+    assert_eq!(api.matcher.path, Some(PathMatch::Prefix("/api/".into())));
+    assert_eq!(api.matcher.methods, ["GET", "POST"]);
+    assert_eq!(
+        api.matcher.host,
+        Some(HostMatch::Subdomain("example.com".into()))
+    );
+    assert!(api.enabled && api.shadow && !api.nodelay);
+    assert_eq!(api.delay, 4);
+    assert_eq!(api.line, 3);
+    assert_eq!(
+        api.descriptors,
+        vec![
+            vec![Action::RemoteAddress],
+            vec![
+                Action::GenericKey {
+                    descriptor_key: "generic_key".into(),
+                    descriptor_value: "api".into()
+                },
+                Action::RequestHeader {
+                    header_name: "x-tenant".into(),
+                    descriptor_key: "tenant".into(),
+                    skip_if_absent: true
+                },
+            ],
+            vec![
+                Action::ApiKey {
+                    header_name: "authorization".into()
+                },
+                Action::Method,
+                Action::Path,
+                Action::Host
+            ],
+            vec![
+                Action::RemoteAddress,
+                Action::ApiKey {
+                    header_name: "x-api-key".into()
+                }
+            ],
+        ]
+    );
+    let orders = &r[1];
+    assert!(
+        matches!(&orders.matcher.path, Some(PathMatch::Glob(g)) if g.as_str() == "/users/*/orders/**")
+    );
+    assert!(orders.nodelay && !orders.shadow && orders.enabled);
+    let health = &r[2];
+    assert!(!health.enabled);
+    assert!(health.descriptors.is_empty());
+}
+
+#[test]
+fn a_file_without_routes_has_none_and_the_default_route_is_remote_address() {
+    let rules = RuleSet::from_yaml("domain: edge\n", "edge.yaml").unwrap();
+    assert!(rules.domain("edge").unwrap().routes().is_none());
+    let default = Route::default_route();
+    assert_eq!(default.descriptors, vec![vec![Action::RemoteAddress]]);
+    assert!(default.matcher.matches("DELETE", None, "/anything"));
+    let empty = routes("domain: edge\nroutes: []\n");
+    assert!(empty.is_empty());
+}
+
+#[test]
+fn route_matching_combines_every_given_field() {
+    let r = routes(FULL);
+    let api = &r[0].matcher;
+    assert!(api.matches("GET", Some("a.example.com"), "/api/x"));
+    assert!(api.matches("POST", Some("A.B.EXAMPLE.COM"), "/api/"));
+    assert!(!api.matches("PUT", Some("a.example.com"), "/api/x"));
+    assert!(!api.matches("GET", Some("example.com"), "/api/x"));
+    assert!(!api.matches("GET", Some("a.example.com.evil"), "/api/x"));
+    assert!(!api.matches("GET", Some("a.example.com"), "/api"));
+    assert!(!api.matches("GET", None, "/api/x"));
+    let exact = routes("domain: edge\nroutes:\n  - match: {path: /a, host: API.example.com}\n    descriptors: [[path]]\n");
+    assert!(exact[0]
+        .matcher
+        .matches("GET", Some("api.Example.com"), "/a"));
+    assert!(!exact[0]
+        .matcher
+        .matches("GET", Some("api.example.com"), "/a/"));
+    assert!(!exact[0]
+        .matcher
+        .matches("GET", Some("x.api.example.com"), "/a"));
+}
+
+#[test]
+fn unknown_fields_and_actions_are_errors() {
+    let head = "domain: edge\nroutes:\n";
+    check(
+        &format!("{head}  - name: a\n    colour: red\n"),
+        "4:5",
+        "unknown field `colour` in a route (expected one of: name, match, enabled, shadow, nodelay, delay, descriptors)",
+    );
+    check(
+        &format!("{head}  - match: {{prefix: /a}}\n    descriptors: [[path]]\n"),
+        "3:13",
+        "unknown field `prefix` in a route's match",
+    );
+    check(
+        &format!("{head}  - descriptors: [[remote_adress]]\n"),
+        "3:20",
+        "unknown action `remote_adress`",
+    );
+    check(
+        &format!("{head}  - descriptors:\n      - [{{request_headers: {{header_name: a, descriptor_key: b, default: c}}}}]\n"),
+        "4:64",
+        "unknown field `default` in a request_headers action",
+    );
+    check(
+        &format!("{head}  - descriptors: [[{{method: {{x: 1}}}}]]\n"),
+        "3:30",
+        "unknown field `x` in an action without fields (expected one of: none; the action takes no fields)",
+    );
+    check(
+        "domain: edge\nroute: []\n",
+        "2:1",
+        "unknown field `route` in the file (expected one of: domain, descriptors, routes)",
+    );
+}
+
+#[test]
+fn bad_values_name_their_place() {
+    let head = "domain: edge\nroutes:\n";
+    check(
+        &format!("{head}  - match: {{path_prefix: api}}\n    descriptors: [[path]]\n"),
+        "3:26",
+        "`path_prefix`: \"api\" does not start with `/`",
+    );
+    check(
+        &format!("{head}  - match: {{path_glob: /a/b**}}\n    descriptors: [[path]]\n"),
+        "3:24",
+        "`**` must be a whole segment",
+    );
+    check(
+        &format!("{head}  - match: {{path: /a, path_prefix: /b}}\n    descriptors: [[path]]\n"),
+        "3:23",
+        "one of `path`, `path_prefix` and `path_glob`",
+    );
+    check(
+        &format!("{head}  - match: {{methods: [get]}}\n    descriptors: [[path]]\n"),
+        "3:23",
+        "methods are case-sensitive; write \"GET\"",
+    );
+    check(
+        &format!("{head}  - match: {{methods: []}}\n    descriptors: [[path]]\n"),
+        "3:22",
+        "must list at least one method",
+    );
+    check(
+        &format!("{head}  - match: {{host: \"api.*.com\"}}\n    descriptors: [[path]]\n"),
+        "3:19",
+        "may only start with `*.`",
+    );
+    check(
+        &format!(
+            "{head}  - match: {{host: \"api.example.com:8080\"}}\n    descriptors: [[path]]\n"
+        ),
+        "3:19",
+        "without port",
+    );
+    check(
+        &format!("{head}  - descriptors: [[{{request_headers: {{header_name: \"x y\", descriptor_key: k}}}}]]\n"),
+        "3:52",
+        "\"x y\" is not an HTTP header name",
+    );
+    check(
+        &format!("{head}  - descriptors: [[{{request_headers: {{header_name: x}}}}]]\n"),
+        "3:38",
+        "missing field `descriptor_key` in a request_headers action",
+    );
+    check(
+        &format!("{head}  - descriptors: [[generic_key]]\n"),
+        "3:20",
+        "missing field `descriptor_value` in a generic_key action",
+    );
+    check(
+        &format!("{head}  - descriptors: [[]]\n"),
+        "3:19",
+        "a descriptor needs at least one action",
+    );
+    check(
+        &format!("{head}  - name: a\n"),
+        "3:5",
+        "missing field `descriptors` in an enabled route",
+    );
+    check(
+        &format!("{head}  - nodelay: true\n    delay: 2\n    descriptors: [[path]]\n"),
+        "4:5",
+        "`nodelay` and `delay` exclude each other",
+    );
+    check(
+        &format!("{head}  - delay: -1\n    descriptors: [[path]]\n"),
+        "3:12",
+        "`delay` must be a whole number",
+    );
+    check(
+        &format!("{head}  - shadow: maybe\n    descriptors: [[path]]\n"),
+        "3:13",
+        "`shadow` must be true or false",
+    );
+    let long = "a".repeat(1025);
+    check(
+        &format!("{head}  - match: {{path: /{long}}}\n    descriptors: [[path]]\n"),
+        "3:19",
+        "at most 1024 are allowed",
+    );
+    check(
+        &format!("{head}  name: a\n"),
+        "3:3",
+        "`routes` must be a list of routes, found a mapping",
+    );
+}

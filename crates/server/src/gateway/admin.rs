@@ -1,0 +1,96 @@
+//! [`admin_router`]: the gateway's admin port — `GET /healthz`,
+//! `GET /readyz` and `GET /metrics`, answered exactly as the decision
+//! service answers them. They need a port of their own because every path
+//! of the gateway's main port belongs to the upstream.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tollgate_core::Store;
+
+use crate::metrics::Metrics;
+use crate::routes::health;
+
+/// What the admin routes read: the store (for readiness) and the metrics.
+struct Admin<S> {
+    store: Arc<S>,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> Clone for Admin<S> {
+    fn clone(&self) -> Self {
+        Admin {
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+/// The admin routes over `store` and `metrics`:
+///
+/// - `GET /healthz`: `200` while the process answers;
+/// - `GET /readyz`: `200` when `store` answers (or a failure policy
+///   answers for it), `503` when decisions would fail;
+/// - `GET /metrics`: the Prometheus text exposition of `metrics`.
+///
+/// Readiness does not depend on the upstream: a gateway whose upstream is
+/// down still answers (`502`) and should stay in its load balancer.
+pub fn admin_router<S: Store>(store: Arc<S>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(readyz::<S>))
+        .route("/metrics", get(metrics_text::<S>))
+        .fallback(health::not_found)
+        .with_state(Admin { store, metrics })
+}
+
+async fn readyz<S: Store>(State(admin): State<Admin<S>>) -> impl IntoResponse {
+    health::readiness(admin.store.status().await, admin.metrics.store_errors())
+}
+
+async fn metrics_text<S: Store>(State(admin): State<Admin<S>>) -> impl IntoResponse {
+    health::exposition(&admin.metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String) {
+        let request = Request::get(path).body(Body::empty()).unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics_are_served_and_nothing_else() {
+        let store = Arc::new(LocalStore::system(
+            MemoryStore::new(MemoryConfig::default()),
+        ));
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_memory_used(1234);
+        let router = admin_router(store, metrics);
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+        let (status, body) = get(&router, "/readyz").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("\"ready\""), "{body}");
+        let (status, body) = get(&router, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains("tollgate_memory_store_used_bytes 1234"),
+            "{body}"
+        );
+        assert_eq!(get(&router, "/v1/check").await.0, StatusCode::NOT_FOUND);
+    }
+}

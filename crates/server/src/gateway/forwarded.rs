@@ -1,0 +1,168 @@
+//! The fields that tell the upstream where a request came from:
+//! `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host`, and the
+//! client's own `Host`.
+//!
+//! - `X-Forwarded-For`: the peer's IP address is appended to what the
+//!   client sent (several fields are joined into one list), as nginx's
+//!   `$proxy_add_x_forwarded_for` does. The addresses the client sent are
+//!   passed on, not trusted: an upstream that reads this list must trust
+//!   only the entries its own proxies added (the rightmost ones).
+//! - `X-Forwarded-Proto`: the scheme of the gateway's listener (`http`),
+//!   replacing whatever the client sent.
+//! - `X-Forwarded-Host` and `Host`: the host the client asked for (its
+//!   `Host` field, or an HTTP/2 request's `:authority`). `Host` is kept
+//!   rather than replaced by the upstream's address, so that virtual hosts,
+//!   redirects and cookies on the upstream see the name clients use.
+
+use std::io::Write;
+use std::net::IpAddr;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, HOST};
+use http::request::Parts;
+
+/// `X-Forwarded-For`.
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`.
+pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Forwarded-Host`.
+pub(crate) static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// The host the client asked for: its `Host` field, else the authority of
+/// the request target (HTTP/2 sends `:authority`, not `Host`).
+pub(crate) fn client_host(parts: &Parts) -> Option<HeaderValue> {
+    if let Some(host) = parts.headers.get(HOST) {
+        return Some(host.clone());
+    }
+    let authority = parts.uri.authority()?;
+    HeaderValue::from_str(authority.as_str()).ok()
+}
+
+/// Sets `Host`, `X-Forwarded-Host`, `X-Forwarded-Proto` and appends `peer`
+/// to `X-Forwarded-For`.
+pub(crate) fn add(headers: &mut HeaderMap, peer: Option<IpAddr>, host: Option<HeaderValue>) {
+    if let Some(host) = host {
+        headers.insert(X_FORWARDED_HOST.clone(), host.clone());
+        headers.insert(HOST, host);
+    }
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    if let Some(peer) = peer {
+        if let Some(list) = forwarded_for(headers, peer) {
+            headers.insert(X_FORWARDED_FOR.clone(), list);
+        }
+    }
+}
+
+/// The client's `X-Forwarded-For` list (every field, in order) with `peer`
+/// appended.
+fn forwarded_for(headers: &HeaderMap, peer: IpAddr) -> Option<HeaderValue> {
+    let mut list = Vec::with_capacity(48);
+    for value in headers.get_all(&X_FORWARDED_FOR) {
+        let value = trim(value.as_bytes());
+        if value.is_empty() {
+            continue;
+        }
+        list.extend_from_slice(value);
+        list.extend_from_slice(b", ");
+    }
+    push_ip(&mut list, peer);
+    // The parts were valid field values and an address is plain text, so
+    // this only fails on bytes hyper would not have accepted.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(list)).ok()
+}
+
+/// Appends `ip` as text; an IPv4 address without `core::fmt`, which on
+/// every request cost more than the rest of this module.
+fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            }
+        }
+        // Writing to a Vec cannot fail.
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+fn trim(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b','))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t' | b','))
+        .map_or(start, |i| i + 1);
+    &bytes[start..end.max(start)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(builder: http::request::Builder) -> Parts {
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn the_peer_is_appended_to_the_clients_list() {
+        let parts = request(
+            http::Request::get("/")
+                .header("x-forwarded-for", "203.0.113.7")
+                .header("x-forwarded-for", " 10.0.0.1 ,"),
+        );
+        let mut headers = parts.headers;
+        add(&mut headers, Some("192.0.2.1".parse().unwrap()), None);
+        assert_eq!(
+            headers[&X_FORWARDED_FOR],
+            "203.0.113.7, 10.0.0.1, 192.0.2.1"
+        );
+        assert_eq!(headers.get_all(&X_FORWARDED_FOR).iter().count(), 1);
+
+        let mut headers = HeaderMap::new();
+        add(&mut headers, Some("::1".parse().unwrap()), None);
+        assert_eq!(headers[&X_FORWARDED_FOR], "::1");
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let addresses = [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.100.9",
+            "192.0.2.1",
+            "::1",
+            "2001:db8::ff00:42:8329",
+            "::ffff:192.0.2.1",
+        ];
+        for text in addresses {
+            let ip: IpAddr = text.parse().unwrap();
+            let mut out = Vec::new();
+            push_ip(&mut out, ip);
+            assert_eq!(String::from_utf8(out).unwrap(), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn host_comes_from_the_host_field_or_the_authority() {
+        let http1 = request(http::Request::get("/x").header("host", "api.example.com"));
+        let http2 = request(http::Request::get("http://api.example.com:8443/x"));
+        let bare = request(http::Request::get("/x"));
+        assert_eq!(client_host(&http1).unwrap(), "api.example.com");
+        assert_eq!(client_host(&http2).unwrap(), "api.example.com:8443");
+        assert_eq!(client_host(&bare), None);
+
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        add(&mut headers, None, client_host(&http2));
+        assert_eq!(headers[HOST], "api.example.com:8443");
+        assert_eq!(headers[&X_FORWARDED_HOST], "api.example.com:8443");
+        assert_eq!(headers[&X_FORWARDED_PROTO], "http");
+        assert!(!headers.contains_key(&X_FORWARDED_FOR));
+    }
+}

@@ -1,0 +1,258 @@
+//! [`PairedUpstream`]: a client connection's own keep-alive connection to
+//! the upstream, driven by [`PairDriver`] in the client connection's task.
+//!
+//! Why: through the shared pool (hyper-util's client), a request goes to
+//! the task that owns a pooled connection and its answer comes back to the
+//! client's task, two task switches and two channels each way; on one
+//! core that was a third of the gateway's own time per request. Paired, a
+//! client connection's requests are written to, and their answers read
+//! from, an upstream connection polled in the same task, as nginx keeps
+//! one upstream connection busy with one client's requests at a time. The
+//! pool remains for what the pair cannot take at that moment: a request
+//! while the pair is busy (HTTP/2 clients send several at once) or still
+//! connecting, and upgrades.
+//!
+//! The pair is made on the connection's first request and lives as long
+//! as the client connection, or until the upstream closes it (then the
+//! next request makes a new one).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use http::{Request, Response, Uri};
+use hyper::body::{Body, Incoming};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use parking_lot::Mutex;
+use tower::ServiceExt;
+
+use super::error::{self, ProxyError};
+use super::upstream::Upstream;
+
+/// The errors a request body may fail with.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A connection's future, boxed so that the slot can hold any transport.
+type Driving = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The shared state of a pair: the sender requests go through, and a
+/// connection future waiting for the driver to take it.
+struct Pairing<B> {
+    sender: Option<SendRequest<B>>,
+    /// A new connection, for the driver to poll from now on.
+    handed_over: Option<Driving>,
+    /// The driver's waker, woken when a connection is handed over.
+    driver: Option<Waker>,
+    /// A connection is being made; other requests use the pool meanwhile.
+    connecting: bool,
+}
+
+/// A client connection's upstream connection, put into each of its
+/// requests' extensions by the gateway's listener; cheap to clone.
+pub struct PairedUpstream<B = Incoming> {
+    pairing: Arc<Mutex<Pairing<B>>>,
+}
+
+impl<B> Clone for PairedUpstream<B> {
+    fn clone(&self) -> Self {
+        PairedUpstream {
+            pairing: Arc::clone(&self.pairing),
+        }
+    }
+}
+
+/// Polls a pair's upstream connection, in the client connection's task;
+/// never completes (the client connection's end ends the task).
+pub(crate) struct PairDriver<B = Incoming> {
+    pairing: Arc<Mutex<Pairing<B>>>,
+    running: Option<Driving>,
+}
+
+/// An empty pair and its driver.
+pub(crate) fn pair<B>() -> (PairedUpstream<B>, PairDriver<B>) {
+    let pairing = Arc::new(Mutex::new(Pairing {
+        sender: None,
+        handed_over: None,
+        driver: None,
+        connecting: false,
+    }));
+    (
+        PairedUpstream {
+            pairing: Arc::clone(&pairing),
+        },
+        PairDriver {
+            pairing,
+            running: None,
+        },
+    )
+}
+
+impl<B> Future for PairDriver<B> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if let Some(running) = self.running.as_mut() {
+                if running.as_mut().poll(cx).is_ready() {
+                    // The upstream closed it: the sender says so, and the
+                    // next request makes a new one.
+                    self.running = None;
+                }
+            }
+            let mut pairing = self.pairing.lock();
+            if let Some(next) = pairing.handed_over.take() {
+                drop(pairing);
+                // A new connection replaces one the upstream closed.
+                self.running = Some(next);
+                continue;
+            }
+            if !pairing
+                .driver
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                pairing.driver = Some(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+/// What the pair did with a request.
+pub(crate) enum Sent<B> {
+    /// The upstream's answer, or why it failed.
+    Answered(Result<Response<Incoming>, ProxyError>),
+    /// The pair could not take it now: the request, for the pool.
+    Declined(Request<B>),
+}
+
+impl<B> PairedUpstream<B>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Sends `request` on the pair, making the pair's connection first if
+    /// there is none; declines when the pair is busy or being made.
+    pub(crate) async fn send(
+        &self,
+        mut request: Request<B>,
+        connector: &HttpsConnector<HttpConnector>,
+        upstream: &Upstream,
+    ) -> Sent<B> {
+        // A connection of our own writes the target as given: the origin
+        // form (`/path?query`) a server expects, not the absolute form the
+        // pool turns into it (and is handed back below when declining).
+        let absolute = std::mem::take(request.uri_mut());
+        let origin = absolute
+            .path_and_query()
+            .cloned()
+            .map_or_else(|| Uri::from_static("/"), Uri::from);
+        *request.uri_mut() = origin;
+        let restore = |mut request: Request<B>| {
+            *request.uri_mut() = absolute.clone();
+            request
+        };
+        // Decided under the lock, done after it.
+        let sending = {
+            let mut pairing = self.pairing.lock();
+            if pairing.sender.as_ref().is_some_and(SendRequest::is_closed) {
+                pairing.sender = None;
+            }
+            let connecting = pairing.connecting;
+            match pairing.sender.as_mut() {
+                Some(sender) if sender.is_ready() => Ok(sender.try_send_request(request)),
+                Some(_) => return Sent::Declined(restore(request)),
+                None if connecting => return Sent::Declined(restore(request)),
+                None => {
+                    pairing.connecting = true;
+                    Err(request)
+                }
+            }
+        };
+        let sent = match sending {
+            Ok(sending) => answered(sending.await, upstream),
+            // Boxed: connecting is once per client connection, and its
+            // future is large.
+            Err(request) => Box::pin(self.connect_and_send(request, connector, upstream)).await,
+        };
+        match sent {
+            Sent::Declined(request) => Sent::Declined(restore(request)),
+            answered => answered,
+        }
+    }
+
+    /// Makes the pair's connection and sends `request` on it.
+    async fn connect_and_send(
+        &self,
+        request: Request<B>,
+        connector: &HttpsConnector<HttpConnector>,
+        upstream: &Upstream,
+    ) -> Sent<B> {
+        let made = self.connect(connector, upstream).await;
+        let sending = {
+            let mut pairing = self.pairing.lock();
+            pairing.connecting = false;
+            let (mut sender, connection) = match made {
+                Ok(made) => made,
+                Err(error) => return Sent::Answered(Err(error)),
+            };
+            pairing.handed_over = Some(connection);
+            if let Some(driver) = pairing.driver.take() {
+                driver.wake();
+            }
+            let sending = sender.try_send_request(request);
+            pairing.sender = Some(sender);
+            sending
+        };
+        answered(sending.await, upstream)
+    }
+
+    async fn connect(
+        &self,
+        connector: &HttpsConnector<HttpConnector>,
+        upstream: &Upstream,
+    ) -> Result<(SendRequest<B>, Driving), ProxyError> {
+        let failed = |cause: String| ProxyError::Connect {
+            upstream: upstream.to_string(),
+            cause,
+        };
+        let uri: Uri = upstream.origin().clone();
+        let io = connector
+            .clone()
+            .oneshot(uri)
+            .await
+            .map_err(|e| failed(error::causes(&*e)))?;
+        let (sender, connection) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|e| failed(error::causes(&e)))?;
+        let driving: Driving = Box::pin(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "an upstream connection ended");
+            }
+        });
+        Ok((sender, driving))
+    }
+}
+
+/// What became of a request sent on the pair.
+fn answered<B>(
+    sent: Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<B>>>,
+    upstream: &Upstream,
+) -> Sent<B> {
+    match sent {
+        Ok(response) => Sent::Answered(Ok(response)),
+        Err(mut error) => match error.take_message() {
+            // Not sent: the connection closed meanwhile; the pool takes it.
+            Some(request) => Sent::Declined(request),
+            None => Sent::Answered(Err(ProxyError::Upstream {
+                upstream: upstream.to_string(),
+                cause: error::causes(error.error()),
+            })),
+        },
+    }
+}

@@ -1,0 +1,129 @@
+//! The decision on one request: which route takes it, what descriptors it
+//! makes, and what the store says — as a [`Step`] for the response future.
+//!
+//! This module owns the order of those steps and the observer calls; the
+//! rules decision itself is `tollgate_rules::check`, shared with the
+//! decision service.
+
+use std::time::Instant;
+
+use http::request::Parts;
+use tollgate_core::{LimitKey, Moment, Store};
+use tollgate_rules::check::Plan;
+use tollgate_rules::{Action, RuleSet};
+
+use crate::client_ip::client_ip;
+use crate::descriptors::RequestView;
+use crate::inline::{InlinePolicy, INLINE_KEY_PREFIX};
+use crate::route;
+use crate::ruling::Ruling;
+use crate::service::Shared;
+use crate::shaping::Shaping;
+
+/// What happens to a request next.
+pub(crate) enum Step<'r> {
+    /// No check applies (no route, a disabled route, no descriptor, an
+    /// unknown domain): on to the inner service as it is.
+    Forward,
+    /// The store failed: `503`.
+    Unavailable,
+    /// Decided.
+    Ruled(Ruling<'r>),
+}
+
+/// Decides a request by the rules of `domain`.
+pub(crate) async fn by_rules<'r, St: Store>(
+    shared: &Shared<St>,
+    rules: &'r RuleSet,
+    domain_name: &str,
+    parts: &Parts,
+) -> Step<'r> {
+    let Some(domain) = rules.domain(domain_name) else {
+        return Step::Forward;
+    };
+    let Some(route) = route::select(domain, parts).filter(|r| r.enabled) else {
+        return Step::Forward;
+    };
+    let shadow = shared.settings.shadow || route.shadow;
+    let started = shared.observer.as_ref().map(|_| Instant::now());
+    let plan = {
+        let needs_ip = route
+            .descriptors
+            .iter()
+            .flatten()
+            .any(|a| *a == Action::RemoteAddress);
+        let view = RequestView {
+            parts,
+            client_ip: needs_ip
+                .then(|| client_ip(parts, &shared.trusted))
+                .flatten(),
+            max_value_bytes: shared.settings.max_value_bytes,
+        };
+        let descriptors = view.descriptors(&route.descriptors);
+        if descriptors.is_empty() {
+            return Step::Forward;
+        }
+        Plan::new(domain, &descriptors, shadow)
+    };
+    let outcome = match plan.check(&*shared.store, Moment::Now, 1).await {
+        Ok(outcome) => outcome,
+        Err(error) => return unavailable(shared, &error),
+    };
+    if let (Some(observer), Some(started)) = (&shared.observer, started) {
+        observer.rules_decided(
+            domain_name,
+            route.name.as_deref(),
+            &outcome,
+            started.elapsed(),
+        );
+    }
+    let shaping = Shaping {
+        nodelay: route.nodelay,
+        delay: route.delay,
+    };
+    Step::Ruled(Ruling::of_rules(outcome, shaping, shadow))
+}
+
+/// Decides a request by an inline limit.
+pub(crate) async fn by_inline<'r, St: Store>(
+    shared: &Shared<St>,
+    inline: &'r InlinePolicy,
+    parts: &Parts,
+) -> Step<'r> {
+    let started = shared.observer.as_ref().map(|_| Instant::now());
+    let mut key = Vec::with_capacity(64);
+    key.push(INLINE_KEY_PREFIX);
+    if !inline
+        .key
+        .extract(parts, client_ip(parts, &shared.trusted), &mut key)
+    {
+        return Step::Forward;
+    }
+    let request = [LimitKey {
+        limit: &inline.limit,
+        key: &key,
+    }];
+    let decision = match shared.store.check(&request, Moment::Now, 1).await {
+        Ok(decisions) => decisions.first().copied().unwrap_or_default(),
+        Err(error) => return unavailable(shared, &error),
+    };
+    let shadow = shared.settings.shadow;
+    if let (Some(observer), Some(started)) = (&shared.observer, started) {
+        observer.inline_decided(&inline.name, &decision, shadow, started.elapsed());
+    }
+    Step::Ruled(Ruling::of_inline(
+        &inline.limit,
+        &inline.name,
+        key,
+        decision,
+        inline.shaping,
+        shadow,
+    ))
+}
+
+fn unavailable<St>(shared: &Shared<St>, error: &tollgate_core::StoreError) -> Step<'static> {
+    if let Some(observer) = &shared.observer {
+        observer.store_failed(error);
+    }
+    Step::Unavailable
+}

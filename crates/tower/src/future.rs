@@ -1,0 +1,137 @@
+//! [`ResponseFuture`]: one request through the middleware, from decision to
+//! response.
+//!
+//! The future is boxed: it awaits the store, whose futures are
+//! `impl Future` types that cannot be named in a hand-written state
+//! machine. The steps are `respond`: decide, answer a rejection here or
+//! hold the request as shaping says, call the inner service, add the
+//! headers and hand the leases to the response body.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tollgate_core::Store;
+use tower::{Service, ServiceExt};
+
+use crate::body::RateLimitBody;
+use crate::decide::{self, Step};
+use crate::headers::add_rate_limit_headers;
+use crate::lease::{Leases, Releaser};
+use crate::problem;
+use crate::ruling::Ruling;
+use crate::service::{Policy, Shared};
+
+type BoxedResponse<R, E> =
+    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<R>>, E>> + Send>>;
+
+/// The response future of [`RateLimitService`](crate::RateLimitService).
+pub struct ResponseFuture<R, E> {
+    inner: BoxedResponse<R, E>,
+}
+
+impl<R, E> ResponseFuture<R, E> {
+    pub(crate) fn new(
+        future: impl Future<Output = Result<Response<RateLimitBody<R>>, E>> + Send + 'static,
+    ) -> Self {
+        ResponseFuture {
+            inner: Box::pin(future),
+        }
+    }
+}
+
+impl<R, E> Future for ResponseFuture<R, E> {
+    type Output = Result<Response<RateLimitBody<R>>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<R, E> std::fmt::Debug for ResponseFuture<R, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// One request, from decision to response.
+pub(crate) async fn respond<S, St, B, R>(
+    shared: Arc<Shared<St>>,
+    inner: S,
+    request: Request<B>,
+) -> Result<Response<RateLimitBody<R>>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    St: Store,
+{
+    let (parts, body) = request.into_parts();
+    // The rules in force when the request arrived, kept until its response
+    // is built (the ruling borrows them): a reload swaps the handle, not
+    // these.
+    let loaded = match &shared.policy {
+        Policy::Rules { rules, .. } => Some(rules.load_full()),
+        Policy::Inline(_) => None,
+    };
+    let step = match (&shared.policy, &loaded) {
+        (Policy::Rules { domain, .. }, Some(rules)) => {
+            decide::by_rules(&shared, rules, domain, &parts).await
+        }
+        (Policy::Inline(inline), _) => decide::by_inline(&shared, inline, &parts).await,
+        (Policy::Rules { .. }, None) => Step::Forward,
+    };
+    let ruling = match step {
+        Step::Ruled(ruling) => ruling,
+        Step::Forward => {
+            let response = inner.oneshot(Request::from_parts(parts, body)).await?;
+            return Ok(response.map(|b| RateLimitBody::inner(b, None)));
+        }
+        Step::Unavailable => return Ok(problem::store_unavailable().map(RateLimitBody::problem)),
+    };
+    let Ruling {
+        rejected,
+        policy,
+        applied,
+        top,
+        hold,
+        leases,
+    } = ruling;
+    let leases = if leases.is_empty() {
+        None
+    } else {
+        Leases::new(leases, Arc::clone(&shared) as Arc<dyn Releaser>)
+    };
+    if rejected {
+        // Leases granted by shadow-mode rules of a rejected request.
+        if let Some(leases) = leases {
+            leases.release().await;
+        }
+        let retry_after = top.map(|t| t.retry_after).unwrap_or_default();
+        let mut response = problem::too_many_requests(&policy, retry_after);
+        add_rate_limit_headers(response.headers_mut(), &applied, top.as_ref(), true);
+        return Ok(response.map(RateLimitBody::problem));
+    }
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
+    match inner.oneshot(Request::from_parts(parts, body)).await {
+        Ok(response) => {
+            let (mut head, body) = response.into_parts();
+            if shared.settings.headers {
+                add_rate_limit_headers(&mut head.headers, &applied, top.as_ref(), false);
+            }
+            Ok(Response::from_parts(
+                head,
+                RateLimitBody::inner(body, leases),
+            ))
+        }
+        Err(error) => {
+            if let Some(leases) = leases {
+                leases.release().await;
+            }
+            Err(error)
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! [`Observer`]: a hook that hears every decision the middleware takes, so
+//! a server can count metrics per rule or log, without this crate
+//! depending on any metrics library.
+
+use std::time::Duration;
+
+use tollgate_core::{Decision, StoreError};
+use tollgate_rules::check::Outcome;
+
+/// Hears the middleware's decisions. Every method has an empty default;
+/// they run on the request's task, so they should be quick (count, don't
+/// block).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
+/// use tollgate_rules::check::Outcome;
+/// use tollgate_tower::Observer;
+///
+/// /// Counts rejections per rule, the way a metrics registry would.
+/// #[derive(Default)]
+/// struct Rejections(AtomicU64);
+///
+/// impl Observer for Rejections {
+///     fn rules_decided(&self, _domain: &str, _route: Option<&str>, outcome: &Outcome<'_>, _took: Duration) {
+///         for d in outcome.descriptors.iter().flatten() {
+///             if d.decided() && !d.decision.allowed && !d.shadow {
+///                 self.0.fetch_add(1, Ordering::Relaxed);
+///             }
+///         }
+///     }
+/// }
+/// ```
+pub trait Observer: Send + Sync + 'static {
+    /// A request was decided by the rules of `domain` under `route` (its
+    /// name, when it has one). `outcome` holds each descriptor's rule,
+    /// decision, shadow flag and metric label; `took` is the time the
+    /// decision took, store included.
+    fn rules_decided(
+        &self,
+        domain: &str,
+        route: Option<&str>,
+        outcome: &Outcome<'_>,
+        took: Duration,
+    ) {
+        let _ = (domain, route, outcome, took);
+    }
+
+    /// A request was decided by an inline limit named `name`; `shadow`
+    /// when the global shadow switch is on (a rejection is reported, not
+    /// enforced).
+    fn inline_decided(&self, name: &str, decision: &Decision, shadow: bool, took: Duration) {
+        let _ = (name, decision, shadow, took);
+    }
+
+    /// The store failed: the request was answered `503` (for a check), or a
+    /// lease is left to expire (for a release).
+    fn store_failed(&self, error: &StoreError) {
+        let _ = error;
+    }
+}
+
+/// The observer that hears nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}

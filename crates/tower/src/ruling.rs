@@ -1,0 +1,120 @@
+//! [`Ruling`]: what the middleware does with one request, drawn from a
+//! decision — reject it or let it through, which limits its headers show,
+//! how long to hold it, which leases it holds.
+//!
+//! This module owns the middleware's reading of a decision:
+//!
+//! - the request is rejected when an enforced rule rejected it;
+//! - the headers show the limits of enforced rules only; in shadow mode
+//!   (global or the route's) they show nothing, so a dry run never changes
+//!   what clients see or how well-behaved clients pace themselves;
+//! - an admitted request is held for the longest shaping delay of its
+//!   enforced `leaky_bucket` limits (see [`Shaping`]), never in shadow
+//!   mode;
+//! - every `concurrency` lease granted — shadow-mode rules included — is
+//!   held until the response ends.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use tollgate_core::{Decision, Limit};
+use tollgate_rules::check::{AppliedLimit, Outcome};
+
+use crate::lease::Lease;
+use crate::shaping::Shaping;
+
+/// What to do with a request.
+#[derive(Debug)]
+pub(crate) struct Ruling<'r> {
+    /// Answer `429`.
+    pub(crate) rejected: bool,
+    /// The name of the limit that rejected it.
+    pub(crate) policy: Cow<'r, str>,
+    /// The limits the headers show.
+    pub(crate) applied: Vec<AppliedLimit<'r>>,
+    /// The most constrained decision they show.
+    pub(crate) top: Option<Decision>,
+    /// How long to hold the request before it goes on.
+    pub(crate) hold: Duration,
+    /// The leases it holds.
+    pub(crate) leases: Vec<Lease>,
+}
+
+impl<'r> Ruling<'r> {
+    /// The ruling on a rules decision; `shadow` when the global or the
+    /// route's shadow mode is on.
+    pub(crate) fn of_rules(outcome: Outcome<'r>, shaping: Shaping, shadow: bool) -> Ruling<'r> {
+        let policy = outcome.rejecting_rule().map_or(Cow::Borrowed(""), |d| {
+            let rule = d.rule;
+            Cow::Borrowed(rule.name().unwrap_or(rule.id()))
+        });
+        let mut ruling = Ruling {
+            rejected: !outcome.allowed,
+            policy,
+            applied: Vec::new(),
+            top: None,
+            hold: Duration::ZERO,
+            leases: Vec::new(),
+        };
+        for d in outcome.descriptors.into_iter().flatten() {
+            let limits = d.rule.limits().iter().zip(&d.decisions);
+            if !shadow && !d.rule.shadow_mode() && d.decided() {
+                ruling.applied.extend(d.applied());
+                ruling.top = Some(
+                    ruling
+                        .top
+                        .map_or(d.decision, |t| t.most_constrained(d.decision)),
+                );
+                for (limit, decision) in limits.clone().filter(|(_, x)| x.allowed) {
+                    ruling.hold = ruling.hold.max(shaping.hold(decision.delay, limit));
+                }
+            }
+            for (limit, decision) in limits {
+                if let Some(id) = decision.lease {
+                    ruling.leases.push(Lease {
+                        limit: *limit,
+                        key: d.key.clone(),
+                        id,
+                    });
+                }
+            }
+        }
+        ruling
+    }
+
+    /// The ruling on an inline limit named `name`, counted under `key`.
+    pub(crate) fn of_inline(
+        limit: &Limit,
+        name: &'r str,
+        key: Vec<u8>,
+        decision: Decision,
+        shaping: Shaping,
+        shadow: bool,
+    ) -> Ruling<'r> {
+        let shown = !shadow;
+        Ruling {
+            rejected: shown && !decision.allowed,
+            policy: Cow::Borrowed(name),
+            applied: if shown {
+                vec![AppliedLimit::of(name, limit, decision)]
+            } else {
+                Vec::new()
+            },
+            top: shown.then_some(decision),
+            hold: if shown && decision.allowed {
+                shaping.hold(decision.delay, limit)
+            } else {
+                Duration::ZERO
+            },
+            leases: decision
+                .lease
+                .map(|id| Lease {
+                    limit: *limit,
+                    key,
+                    id,
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+}

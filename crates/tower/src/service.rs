@@ -1,0 +1,137 @@
+//! [`RateLimitService`]: the service [`RateLimitLayer`](crate::RateLimitLayer)
+//! wraps around an HTTP service, and the state its requests share.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use tollgate_core::{LimitKey, Store};
+use tollgate_rules::RuleSet;
+use tower::Service;
+
+use crate::body::RateLimitBody;
+use crate::client_ip::TrustedProxies;
+use crate::future::{respond, ResponseFuture};
+use crate::inline::InlinePolicy;
+use crate::lease::{Lease, Releaser, Releasing};
+use crate::observer::Observer;
+use crate::settings::Settings;
+
+/// What decides: the rules of a domain (swappable by a reload), or one
+/// inline limit.
+#[derive(Clone)]
+pub(crate) enum Policy {
+    Rules {
+        rules: Arc<ArcSwap<RuleSet>>,
+        domain: String,
+    },
+    Inline(InlinePolicy),
+}
+
+/// Everything a request needs besides the inner service; one `Arc` clone
+/// per request.
+pub(crate) struct Shared<St> {
+    pub(crate) store: Arc<St>,
+    pub(crate) policy: Policy,
+    pub(crate) trusted: TrustedProxies,
+    pub(crate) settings: Settings,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
+}
+
+impl<St> Clone for Shared<St> {
+    fn clone(&self) -> Self {
+        Shared {
+            store: Arc::clone(&self.store),
+            policy: self.policy.clone(),
+            trusted: self.trusted.clone(),
+            settings: self.settings,
+            observer: self.observer.clone(),
+        }
+    }
+}
+
+impl<St: Store> Releaser for Shared<St> {
+    fn release(self: Arc<Self>, leases: Vec<Lease>) -> Releasing {
+        Box::pin(async move {
+            for lease in &leases {
+                let key = LimitKey {
+                    limit: &lease.limit,
+                    key: &lease.key,
+                };
+                if let Err(error) = self.store.release(key, lease.id).await {
+                    if let Some(observer) = &self.observer {
+                        observer.store_failed(&error);
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Rate-limits the requests of an HTTP service: each request is decided
+/// before the inner service sees it; rejected ones are answered `429`
+/// here, admitted ones go on (held first when a `leaky_bucket` limit
+/// shapes them), and their responses carry the rate-limit headers.
+pub struct RateLimitService<S, St> {
+    inner: S,
+    shared: Arc<Shared<St>>,
+}
+
+impl<S, St> RateLimitService<S, St> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
+        RateLimitService { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone, St> Clone for RateLimitService<S, St> {
+    fn clone(&self) -> Self {
+        RateLimitService {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, St> std::fmt::Debug for RateLimitService<S, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("inner", &self.inner)
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St, B, R> Service<Request<B>> for RateLimitService<S, St>
+where
+    S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    R: Send + 'static,
+    St: Store,
+{
+    type Response = Response<RateLimitBody<R>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<R, S::Error>;
+
+    /// Always ready: a request may be held (shaping) or answered here
+    /// before it reaches the inner service, so the inner service's
+    /// readiness is awaited when the request goes on, not reserved now.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        ResponseFuture::new(respond(
+            Arc::clone(&self.shared),
+            self.inner.clone(),
+            request,
+        ))
+    }
+}

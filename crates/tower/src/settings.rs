@@ -1,0 +1,30 @@
+//! [`Settings`]: the middleware's behaviour switches.
+
+use crate::descriptors::DEFAULT_MAX_VALUE_BYTES;
+
+/// How the middleware behaves. `Default`: enforce, send the headers on
+/// admitted responses, values of at most 1,024 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Global shadow (dry-run) mode: every request is decided and counted,
+    /// none is rejected or held, and clients see no rate-limit headers; the
+    /// observer hears every decision, `shadow_rejected` included.
+    pub shadow: bool,
+    /// Send the rate-limit headers (SPEC §7) on admitted responses. A `429`
+    /// always carries them: a rejection that does not say how long to wait
+    /// only makes clients retry sooner.
+    pub headers: bool,
+    /// The longest value a request can put into a descriptor entry (a
+    /// header, the path, the host), in bytes; longer ones are cut to it.
+    pub max_value_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            shadow: false,
+            headers: true,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! `concurrency` limits with slow responses: the N+1-th request in flight
+//! is rejected; a lease is released when the body ends, when the client
+//! goes away (the response future or the body is dropped), and when the
+//! inner service fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use support::*;
+use tokio::sync::{mpsc, oneshot};
+use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError};
+use tollgate_memory::LocalStore;
+use tollgate_rules::check::Plan;
+use tollgate_tower::{RateLimitBody, RateLimitLayer};
+use tower::util::BoxCloneService;
+use tower::{service_fn, Layer, ServiceExt};
+
+const TWO_IN_FLIGHT: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: concurrency, lease_ttl: 1h, name: in_flight}
+"#;
+
+/// The memory store, telling the test about every release.
+struct SignallingStore {
+    inner: LocalStore,
+    released: mpsc::UnboundedSender<u64>,
+}
+
+impl Store for SignallingStore {
+    async fn check(
+        &self,
+        r: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.inner.check(r, at, cost).await
+    }
+    async fn reserve(
+        &self,
+        r: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<MultiReservation, StoreError> {
+        self.inner.reserve(r, at, cost, max_wait).await
+    }
+    async fn next_available(
+        &self,
+        r: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        self.inner.next_available(r, at, cost).await
+    }
+    async fn record(&self, r: LimitKey<'_>, at: Moment, cost: u64) -> Result<u64, StoreError> {
+        self.inner.record(r, at, cost).await
+    }
+    async fn release(&self, r: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
+        let released = self.inner.release(r, lease).await;
+        let _ = self.released.send(lease);
+        released
+    }
+    async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
+        self.inner.reset(key).await
+    }
+    async fn now(&self) -> Result<u64, StoreError> {
+        self.inner.now().await
+    }
+}
+
+/// A slow service: each request hands the test a sender and answers when
+/// the test sends on it.
+type Gates = mpsc::UnboundedReceiver<oneshot::Sender<()>>;
+
+/// The slow service behind the layer.
+type Slow = BoxCloneService<Request<Full<Bytes>>, Response<RateLimitBody<Full<Bytes>>>, Infallible>;
+
+struct Setup<S> {
+    service: S,
+    gates: Gates,
+    released: mpsc::UnboundedReceiver<u64>,
+    layer: RateLimitLayer<SignallingStore>,
+}
+
+impl<S> Setup<S> {
+    /// Leases 192.0.2.1 could still take, asked of the store without
+    /// yielding to other tasks (the memory store answers at once), so a
+    /// release spawned elsewhere cannot have run in between.
+    async fn remaining(&self) -> u64 {
+        let rules = rules(TWO_IN_FLIGHT);
+        let plan = Plan::resolve(
+            &rules,
+            "edge",
+            &[vec![("remote_address", "192.0.2.1")]],
+            false,
+        )
+        .unwrap();
+        let planned = plan.descriptors()[0].as_ref().unwrap();
+        let request = [LimitKey {
+            limit: &planned.rule().limits()[0],
+            key: planned.key(),
+        }];
+        self.layer
+            .store()
+            .check(&request, Moment::Now, 0)
+            .await
+            .unwrap()[0]
+            .remaining
+    }
+}
+
+fn setup() -> Setup<Slow> {
+    let (gate_tx, gates) = mpsc::unbounded_channel();
+    let (released_tx, released) = mpsc::unbounded_channel();
+    let inner = service_fn(move |_: Request<Full<Bytes>>| {
+        let gate_tx = gate_tx.clone();
+        async move {
+            let (open, wait) = oneshot::channel();
+            gate_tx.send(open).unwrap();
+            let _ = wait.await;
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
+        }
+    });
+    let store = SignallingStore {
+        inner: store(),
+        released: released_tx,
+    };
+    let layer = RateLimitLayer::from_rules(store, rules(TWO_IN_FLIGHT), "edge");
+    Setup {
+        service: BoxCloneService::new(layer.layer(inner)),
+        gates,
+        released,
+        layer,
+    }
+}
+
+/// Waits for the store to see a release; a release that never comes fails
+/// the test instead of hanging it.
+async fn release_of(released: &mut mpsc::UnboundedReceiver<u64>) -> u64 {
+    tokio::time::timeout(Duration::from_secs(30), released.recv())
+        .await
+        .expect("no lease was released")
+        .unwrap()
+}
+
+/// Waits until the request of `task` reaches the slow service (it was
+/// admitted) and returns its gate; a request answered before that (a 429)
+/// fails the test.
+async fn admitted<R: Send + 'static>(
+    task: tokio::task::JoinHandle<Response<R>>,
+    gates: &mut Gates,
+) -> oneshot::Sender<()> {
+    tokio::select! {
+        gate = gates.recv() => gate.unwrap(),
+        answered = task => panic!("answered {} without reaching the service", answered.unwrap().status()),
+    }
+}
+
+macro_rules! spawn_request {
+    ($service:expr) => {{
+        let s = $service.clone();
+        tokio::spawn(async move { s.oneshot(request("192.0.2.1:1000", "/")).await.unwrap() })
+    }};
+}
+
+#[tokio::test]
+async fn the_request_over_the_limit_is_rejected_and_a_finished_body_releases() {
+    let mut setup = setup();
+    let service = setup.service.clone();
+    let first = spawn_request!(service);
+    let second = spawn_request!(service);
+    let gate_one = setup.gates.recv().await.unwrap();
+    let _gate_two = setup.gates.recv().await.unwrap();
+
+    // Two in flight: the third is rejected without reaching the service.
+    let third = service
+        .clone()
+        .oneshot(request("192.0.2.1:1000", "/"))
+        .await
+        .unwrap();
+    assert_eq!(third.status(), 429);
+    let policy = sf_list(third.headers(), "ratelimit-policy");
+    assert_eq!(policy[0].0, "in_flight");
+    assert!(setup.gates.try_recv().is_err());
+
+    // The first answers; its lease is held until its body has been read.
+    gate_one.send(()).unwrap();
+    let response = first.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let while_reading = service
+        .clone()
+        .oneshot(request("192.0.2.1:1000", "/"))
+        .await
+        .unwrap();
+    assert_eq!(while_reading.status(), 429);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"done");
+    // Released when the end was read, not later.
+    assert_eq!(setup.remaining().await, 1);
+
+    // A new request gets in.
+    admitted(spawn_request!(service), &mut setup.gates).await;
+    drop(second);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_request_releases() {
+    let Setup {
+        service,
+        mut gates,
+        mut released,
+        ..
+    } = setup();
+    let first = spawn_request!(service);
+    let _second = spawn_request!(service);
+    let _gate_one = gates.recv().await.unwrap();
+    let _gate_two = gates.recv().await.unwrap();
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(request("192.0.2.1:1000", "/"))
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+
+    // The client disconnects: the response future is dropped.
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    release_of(&mut released).await;
+    admitted(spawn_request!(service), &mut gates).await;
+}
+
+#[tokio::test]
+async fn dropping_an_unread_body_releases() {
+    let Setup {
+        service,
+        mut gates,
+        mut released,
+        ..
+    } = setup();
+    let first = spawn_request!(service);
+    let _second = spawn_request!(service);
+    gates.recv().await.unwrap().send(()).unwrap();
+    let _gate_two = gates.recv().await.unwrap();
+    let response = first.await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(request("192.0.2.1:1000", "/"))
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    drop(response);
+    release_of(&mut released).await;
+    admitted(spawn_request!(service), &mut gates).await;
+}
+
+#[tokio::test]
+async fn an_inner_error_releases() {
+    let failing = service_fn(|_: Request<Full<Bytes>>| async {
+        Err::<Response<Full<Bytes>>, _>("upstream reset")
+    });
+    let yaml = TWO_IN_FLIGHT.replace("requests_per_unit: 2", "requests_per_unit: 1");
+    let service = RateLimitLayer::from_rules(store(), rules(&yaml), "edge").layer(failing);
+    for _ in 0..3 {
+        // Each failure gives its lease back before the error is returned;
+        // otherwise the second attempt would be a 429 for an hour.
+        let error = service
+            .clone()
+            .oneshot(request("192.0.2.1:1000", "/"))
+            .await
+            .unwrap_err();
+        assert_eq!(error, "upstream reset");
+    }
+}
+
+#[tokio::test]
+async fn shadow_rule_leases_of_a_rejected_request_are_released() {
+    let yaml = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: generic_key
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: concurrency, lease_ttl: 1h}
+routes:
+  - descriptors: [[remote_address], [{generic_key: {descriptor_value: all}}]]
+"#;
+    let (released_tx, mut released) = mpsc::unbounded_channel();
+    let store = SignallingStore {
+        inner: store(),
+        released: released_tx,
+    };
+    let service = RateLimitLayer::from_rules(store, rules(yaml), "edge").layer(service_fn(ok));
+    let first = service
+        .clone()
+        .oneshot(request("192.0.2.1:1000", "/"))
+        .await
+        .unwrap();
+    first.into_body().collect().await.unwrap();
+    release_of(&mut released).await;
+    // Over the per-minute limit: rejected, and the shadow lease it got is
+    // given back at once.
+    let second = service
+        .clone()
+        .oneshot(request("192.0.2.1:1000", "/"))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 429);
+    assert!(released.try_recv().is_ok());
+}
