@@ -176,8 +176,7 @@ fn a_replica_takes_over_when_its_master_dies() {
     let master = cluster.master_of(&tag(&store, b"dave"));
     // Replication is asynchronous: wait until the replica holds the two
     // counts, so what the promoted replica decides is determined.
-    let acked = cluster.nodes[master].command("WAIT 1 5000").unwrap();
-    assert_eq!(acked.trim(), ":1", "the replica acknowledged the writes");
+    cluster.wait_until_replicated(master);
     cluster.nodes[master].kill();
 
     let decision = runtime.block_on(check_until_served(

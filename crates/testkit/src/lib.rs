@@ -341,6 +341,47 @@ impl RedisCluster {
         }
     }
 
+    /// Waits until every live replica of node `master` has received
+    /// everything the master had written when this was called.
+    ///
+    /// `WAIT` is no use here: it waits for the writes of the connection it
+    /// runs on, and the writes under test come from the store's own
+    /// connections, so on a fresh connection it returns at once. This
+    /// compares replication offsets instead.
+    pub fn wait_until_replicated(&self, master: usize) {
+        fn field(info: &str, name: &str) -> Option<i64> {
+            info.split("\r\n")
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|value| value.trim().parse().ok())
+        }
+        let written = self.nodes[master]
+            .command("INFO replication")
+            .and_then(|info| field(&info, "master_repl_offset"))
+            .expect("the master reports its replication offset");
+        let port = self.nodes[master].port();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let replicas: Vec<String> = self
+                .nodes
+                .iter()
+                .filter(|n| n.child.is_some())
+                .filter_map(|n| n.command("INFO replication"))
+                .filter(|info| field(info, "master_port") == Some(i64::from(port)))
+                .collect();
+            let caught_up = replicas
+                .iter()
+                .all(|info| field(info, "slave_repl_offset").is_some_and(|at| at >= written));
+            if !replicas.is_empty() && caught_up {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replicas never caught up with offset {written}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until every live node reports `cluster_state:ok` and knows
     /// every live node.
     pub fn wait_until_ok(&self) {
