@@ -357,6 +357,17 @@ async fn the_admin_port_answers_health_readiness_and_metrics() {
     assert_eq!(text(response).await, "no such route");
 }
 
+#[test]
+fn a_sigterm_as_soon_as_the_address_is_announced_stops_gracefully() {
+    // The signal handlers are in place before the address is printed: a
+    // signal sent at once is caught (a clean exit, "stopped" logged), never
+    // the default action that ends the process where it stands.
+    let gw = Gateway::start(&["--upstream", "http://127.0.0.1:9"]);
+    gw.send_term();
+    gw.wait_for_log("stopped accepting");
+    assert!(gw.wait().success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_the_request_in_flight() {
     let upstream = Upstream::start().await;

@@ -796,3 +796,13 @@ fn shutdown_answers_the_requests_in_flight() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(s.stop().success());
 }
+
+#[test]
+fn a_sigterm_as_soon_as_the_address_is_announced_stops_gracefully() {
+    // The signal handlers are in place before the addresses are printed: a
+    // signal sent at once ends the server cleanly, not by the signal's
+    // default action.
+    let s = Server::start(&[]);
+    let status = s.stop();
+    assert!(status.success(), "{status:?}");
+}

@@ -24,8 +24,9 @@ use tower::ServiceBuilder;
 
 use crate::args::GatewayArgs;
 use crate::config_file::ConfigError;
+use crate::logging;
+use crate::shutdown::Shutdown;
 use crate::store::{self, StoreChoice};
-use crate::{logging, shutdown};
 use config::GatewayConfig;
 
 /// Runs the gateway until a shutdown signal.
@@ -117,6 +118,9 @@ async fn serve_on<S: Store>(
     .with_observer(MetricsObserver::new(Arc::clone(&metrics)));
     let service = ServiceBuilder::new().layer(limits).service(proxy);
 
+    // Before any address is announced: a signal sent as soon as one is
+    // known must find the handlers in place.
+    let shutdown = Shutdown::install().context("installing the signal handlers")?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding the gateway to {}", config.listen))?;
@@ -141,7 +145,7 @@ async fn serve_on<S: Store>(
     // One signal stops both servers.
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
-        shutdown::signal().await;
+        shutdown.received().await;
         let _ = stop.send(true);
     });
     let gateway = gateway::run(listener, service, until_stopped(stopped.clone()));

@@ -22,8 +22,9 @@ use tollgate_server::metrics::Metrics;
 use tollgate_server::App;
 
 use crate::args::ServeArgs;
+use crate::logging;
+use crate::shutdown::Shutdown;
 use crate::store::{self, SharedStore, StoreChoice};
-use crate::{logging, shutdown};
 use config::ServeConfig;
 
 /// Runs the service until a shutdown signal.
@@ -131,6 +132,9 @@ async fn run_servers<S: Store>(app: App<S>, config: &ServeConfig) -> Result<()> 
         })
     });
 
+    // Before any address is announced: a signal sent as soon as one is
+    // known must find the handlers in place.
+    let shutdown = Shutdown::install().context("installing the signal handlers")?;
     let listener = TcpListener::bind(config.http)
         .await
         .with_context(|| format!("binding the HTTP API to {}", config.http))?;
@@ -151,7 +155,7 @@ async fn run_servers<S: Store>(app: App<S>, config: &ServeConfig) -> Result<()> 
     // One signal stops both servers.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        shutdown::signal().await;
+        shutdown.received().await;
         let _ = stop.send(true);
     });
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {

@@ -1,8 +1,9 @@
 //! The engine both waiters run: a schedule with a lock-free fast path, a
 //! line of waiting calls, and a clock.
 //!
-//! A call arrives on the fast path: one compare-and-swap on the schedule's
-//! word takes its permits when nobody is waiting and they are free.
+//! A call arrives on the fast path: one compare-and-swap on a schedule's
+//! word (GCRA's only word, or the head of the calling thread's ring lane)
+//! takes its permits when nobody is waiting and they are free.
 //! Otherwise it takes the line's mutex: permits that turn out to be free
 //! (the fast path lost a race) are recorded there and the call goes;
 //! a call that must wait joins the line and leaves the schedule's "calls

@@ -23,7 +23,9 @@
 //!   overtaken by later calls for fewer, even when those would fit sooner.
 //! - **Cheap when nothing waits.** A call whose permits are free and that
 //!   finds nobody waiting takes them with a clock reading and one atomic
-//!   compare-and-swap, without a lock, as governor's `until_ready` does (see
+//!   compare-and-swap, without a lock, as governor's `until_ready` does. A
+//!   ring of 128 permits or more gives threads on different cores lanes of
+//!   their own, so they do not contend (see `docs/client.md` and
 //!   `docs/benchmarks.md`).
 //! - **Cancellation-safe.** A waiting call has booked nothing: only the call
 //!   at the front of the line computes its instant, and its permits are
