@@ -139,11 +139,15 @@ pub(crate) struct RingSchedule {
 struct Lane {
     head: AtomicU64,
     slots: Box<[AtomicU64]>,
-    /// `slots.len()`.
-    len: u64,
 }
 
 impl Lane {
+    /// The number of slots.
+    #[inline]
+    fn len(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
     #[inline]
     fn slot(&self, at: Head) -> &AtomicU64 {
         // `at.index` is below the lane's length by construction; indexing
@@ -236,7 +240,6 @@ impl RingSchedule {
             CachePadded::new(Lane {
                 head: AtomicU64::new(0),
                 slots: (0..len).map(|_| AtomicU64::new(unlaid)).collect(),
-                len,
             })
         });
         Ok(RingSchedule {
@@ -288,7 +291,7 @@ impl RingSchedule {
     fn fill(&self, lane: &Lane, head: Head, n: u64, at: u64) {
         let free = at.saturating_add(self.period).min(NEVER - 1);
         for offset in 0..n {
-            let slot = head.plus(offset, lane.len);
+            let slot = head.plus(offset, lane.len());
             lane.slot(slot).store(slot.slot_word(free), Release);
         }
     }
@@ -363,7 +366,7 @@ impl RingSchedule {
             }
             // The next slot's word: the index plus one, or the next lap's
             // first slot (no flag is set in `word` here).
-            let next = if head.index + 1 < lane.len {
+            let next = if head.index + 1 < lane.len() {
                 word + 1
             } else {
                 Head {
@@ -434,7 +437,7 @@ impl RingSchedule {
             .collect();
         let next_time = |lane: usize, taken: u64| {
             let l = self.lane(lane);
-            (taken < l.len).then(|| self.settled_time(l, heads[lane].plus(taken, l.len)))
+            (taken < l.len()).then(|| self.settled_time(l, heads[lane].plus(taken, l.len())))
         };
         let mut candidates: Vec<Option<u64>> = (0..=self.lane_mask)
             .map(|lane| next_time(lane, 0))
@@ -475,7 +478,7 @@ impl Schedule for RingSchedule {
         // Several permits on the fast path come from the home lane alone;
         // anything else is the line's (which takes them across the lanes).
         let lane = self.lane(home_lane());
-        if n > lane.len {
+        if n > lane.len() {
             return Attempt::Busy;
         }
         let mut word = lane.head.load(Acquire);
@@ -487,7 +490,7 @@ impl Schedule for RingSchedule {
             let mut free_at = 0;
             let mut stale = None;
             for offset in 0..n {
-                let slot = head.plus(offset, lane.len);
+                let slot = head.plus(offset, lane.len());
                 let slot_word = lane.slot(slot).load(Acquire);
                 if slot_word >> TAG_SHIFT != slot.previous_tag() {
                     stale = Self::moved_on(lane, word, slot, slot_word);
@@ -509,7 +512,7 @@ impl Schedule for RingSchedule {
                 return Attempt::Busy;
             }
             // `n` is at most the lane's length: one lap at most.
-            let next = head.plus(n, lane.len);
+            let next = head.plus(n, lane.len());
             match lane
                 .head
                 .compare_exchange_weak(word, next.encode(), AcqRel, Acquire)
@@ -536,7 +539,7 @@ impl Schedule for RingSchedule {
         let (slots, period) = (u128::from(self.limit), u128::from(self.period));
         let lanes = self.lanes().len() as u128;
         for (r, lane) in self.lanes().iter().enumerate() {
-            for j in 0..lane.len {
+            for j in 0..lane.len() {
                 let offset = if self.balanced {
                     let permit = u128::from(j) * lanes + r as u128;
                     u64::try_from(permit * period / slots).unwrap_or(NEVER - 1)
@@ -578,7 +581,7 @@ impl Schedule for RingSchedule {
             }
             let word = lane.head.load(Acquire);
             let head = Head::decode(word);
-            let next = head.plus(count, lane.len);
+            let next = head.plus(count, lane.len());
             lane.head.store(word & WAITING | next.encode(), Release);
             self.fill(lane, head, count, at);
         }
@@ -747,16 +750,12 @@ mod tests {
         assert_eq!(RingSchedule::moved_on(lane(&r), stale, at, pending), None);
     }
 
-    #[test]
-    fn free_permits_are_taken_on_the_fast_path_under_contention() {
-        // More slots than permits taken, all free from the start: nothing
-        // ever makes a call leave the fast path, however the two threads'
-        // reads of the head and the slots interleave. One lane: both
-        // threads on one head.
-        let r = ring(MAX_RING, 1_000, false);
+    /// Lays `r` out with every slot free, lets two threads each take
+    /// `per_thread` permits one by one on the fast path, and counts the
+    /// calls that did not get theirs.
+    fn busy_answers_of_two_threads(r: &RingSchedule, per_thread: u64) -> u64 {
         r.maintain(&held(), 0);
-        let per_thread = MAX_RING / 2 - 1;
-        let busy: u64 = std::thread::scope(|s| {
+        std::thread::scope(|s| {
             let threads: Vec<_> = (0..2)
                 .map(|_| {
                     s.spawn(|| {
@@ -767,8 +766,18 @@ mod tests {
                 })
                 .collect();
             threads.into_iter().map(|t| t.join().unwrap()).sum()
-        });
-        assert_eq!(busy, 0);
+        })
+    }
+
+    #[test]
+    fn free_permits_are_taken_on_the_fast_path_under_contention() {
+        // More slots than permits taken, all free from the start: nothing
+        // ever makes a call leave the fast path, however the two threads'
+        // reads of the head and the slots interleave. One lane: both
+        // threads on one head.
+        let r = ring(MAX_RING, 1_000, false);
+        let per_thread = MAX_RING / 2 - 1;
+        assert_eq!(busy_answers_of_two_threads(&r, per_thread), 0);
         assert_eq!(
             Head::decode(lane(&r).head.load(Relaxed)).index,
             2 * per_thread
@@ -781,27 +790,14 @@ mod tests {
         // thread moves on when its lane runs out or another thread shares
         // it, and none ever finds every lane busy while slots are free.
         let r = laned(MAX_RING, 1_000, false, 4);
-        r.maintain(&held(), 0);
         let per_thread = MAX_RING / 2 - 1;
-        let busy: u64 = std::thread::scope(|s| {
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        (0..per_thread)
-                            .filter(|_| r.try_take(MS, 1) != Attempt::Taken)
-                            .count() as u64
-                    })
-                })
-                .collect();
-            threads.into_iter().map(|t| t.join().unwrap()).sum()
-        });
-        assert_eq!(busy, 0);
+        assert_eq!(busy_answers_of_two_threads(&r, per_thread), 0);
         let used: u64 = r
             .lanes()
             .iter()
             .map(|lane| {
                 let head = Head::decode(lane.head.load(Relaxed));
-                head.lap * lane.len + head.index
+                head.lap * lane.len() + head.index
             })
             .sum();
         assert_eq!(used, 2 * per_thread);
@@ -866,7 +862,7 @@ mod tests {
     #[test]
     fn uneven_lanes_cover_every_slot_once() {
         let r = laned(1_003, 1_000, true, 4);
-        let lens: Vec<u64> = r.lanes().iter().map(|lane| lane.len).collect();
+        let lens: Vec<u64> = r.lanes().iter().map(|lane| lane.len()).collect();
         assert_eq!(lens, [251, 251, 251, 250]);
         // Balanced: the 1,003 permits of the first interval, one every
         // ⌊P/N⌋ or so, all from the fast path or the front of the line.
