@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use super::error::TooManyPermits;
 use super::jitter::{Jitter, JitterSource};
 use super::line::Line;
-use super::schedule::{Attempt, LazyNow, Schedule};
+use super::schedule::{Attempt, Schedule};
 use crate::clock::WaitClock;
 
 #[derive(Debug)]
@@ -128,10 +128,10 @@ impl<S: Schedule, C: WaitClock> Engine<S, C> {
     /// recorded, its place in line otherwise.
     #[inline]
     fn arrive(&self, n: u64) -> Option<Place<'_, S, C>> {
-        let mut now = LazyNow::new(|| self.clock.now());
-        match self.schedule.try_take_lazily(&mut now, n) {
+        let now = self.clock.now();
+        match self.schedule.try_take(now, n) {
             Attempt::Taken => None,
-            Attempt::Busy | Attempt::Closed => self.join_line(now.get(), n),
+            Attempt::Busy | Attempt::Closed => self.join_line(now, n),
         }
     }
 
@@ -311,7 +311,7 @@ mod tests {
         fn capacity(&self) -> u64 {
             10
         }
-        fn try_take_lazily<F: Fn() -> u64>(&self, _now: &mut LazyNow<F>, _n: u64) -> Attempt {
+        fn try_take(&self, _now: u64, _n: u64) -> Attempt {
             Attempt::Busy
         }
         fn maintain(&self, _held: &Line, _now: u64) {}

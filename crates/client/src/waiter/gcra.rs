@@ -32,7 +32,7 @@ use tollgate_core::{Algorithm, Rate};
 
 use super::error::WaiterError;
 use super::line::Line;
-use super::schedule::{Attempt, LazyNow, Schedule};
+use super::schedule::{Attempt, Schedule};
 
 /// Calls are waiting in line.
 const WAITING: u64 = 1 << 63;
@@ -189,7 +189,7 @@ impl Schedule for GcraSchedule {
     }
 
     #[inline(always)]
-    fn try_take_lazily<F: Fn() -> u64>(&self, now: &mut LazyNow<F>, n: u64) -> Attempt {
+    fn try_take(&self, now: u64, n: u64) -> Attempt {
         let mut word = self.word.load(Acquire);
         loop {
             if word & WAITING != 0 {
@@ -206,7 +206,7 @@ impl Schedule for GcraSchedule {
             // admitted while the arrival time stays within a burst of now.
             // Anything that does not fit 64 bits (a clock reading before the
             // origin, a time too far from it) is the line's to handle.
-            let Some(since_origin) = now.get().checked_sub(origin_ns) else {
+            let Some(since_origin) = now.checked_sub(origin_ns) else {
                 return Attempt::Busy;
             };
             // A unit is a nanosecond for every rate whose `N` divides its

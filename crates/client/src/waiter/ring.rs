@@ -61,7 +61,7 @@ use tollgate_core::Rate;
 
 use super::error::WaiterError;
 use super::line::Line;
-use super::schedule::{Attempt, LazyNow, Schedule};
+use super::schedule::{Attempt, Schedule};
 
 /// The largest `N` a ring holds: eight bytes a slot make this 8 MiB. For
 /// larger limits, use a [`GcraWaiter`](super::GcraWaiter), whose state is one
@@ -468,10 +468,7 @@ impl Schedule for RingSchedule {
     }
 
     #[inline(always)]
-    fn try_take_lazily<F: Fn() -> u64>(&self, now: &mut LazyNow<F>, n: u64) -> Attempt {
-        // The clock first: measured, the ring's loads after it are faster
-        // than before it (unlike GCRA's one word).
-        let now = now.get();
+    fn try_take(&self, now: u64, n: u64) -> Attempt {
         if n == 1 {
             return self.try_take_one(now);
         }

@@ -15,32 +15,6 @@ pub(crate) enum Attempt {
     Closed,
 }
 
-/// A clock reading taken when first needed, then kept.
-#[derive(Debug)]
-pub(crate) struct LazyNow<F> {
-    clock: F,
-    read: Option<u64>,
-}
-
-impl<F: Fn() -> u64> LazyNow<F> {
-    pub(crate) fn new(clock: F) -> Self {
-        LazyNow { clock, read: None }
-    }
-
-    /// The reading: the first call reads the clock.
-    #[inline(always)]
-    pub(crate) fn get(&mut self) -> u64 {
-        match self.read {
-            Some(now) => now,
-            None => {
-                let now = (self.clock)();
-                self.read = Some(now);
-                now
-            }
-        }
-    }
-}
-
 /// A pacing rule: [`RingSchedule`](super::ring::RingSchedule) or
 /// [`GcraSchedule`](super::gcra::GcraSchedule).
 ///
@@ -60,14 +34,15 @@ pub(crate) trait Schedule: Send + Sync + 'static {
     fn capacity(&self) -> u64;
 
     /// Takes `n` permits at `now` when they are free and nobody waits.
-    fn try_take(&self, now: u64, n: u64) -> Attempt {
-        self.try_take_lazily(&mut LazyNow::new(|| now), n)
-    }
-
-    /// [`try_take`](Self::try_take) reading the clock only once the shared
-    /// state is loaded: the loads then overlap the clock reading instead of
-    /// waiting for it (measured on the fast path of both schedules).
-    fn try_take_lazily<F: Fn() -> u64>(&self, now: &mut LazyNow<F>, n: u64) -> Attempt;
+    ///
+    /// The caller reads the clock before the call, so the shared state is
+    /// loaded only after it. Measured on the Intel machine of
+    /// docs/benchmarks.md, loading GCRA's word first and reading the clock
+    /// while it came cost two threads sharing a waiter about a quarter
+    /// more per permit: the other core took the word back during the
+    /// reading, and the swap failed. (On the AMD machine it had saved
+    /// about as much; the ring measured faster clock-first on both.)
+    fn try_take(&self, now: u64, n: u64) -> Attempt;
 
     /// Work the fast path leaves to the line: a balanced ring's first
     /// layout, a GCRA state's re-basing. `now` is the arriving call's clock
