@@ -56,8 +56,11 @@ where
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // With a timer, hyper's default limit on reading an HTTP/1 request
     // head (30 s) applies, so a client that never finishes its head does
-    // not hold a connection forever.
-    builder.http1().timer(TokioTimer::new());
+    // not hold a connection forever. Writes are flattened into one buffer
+    // (a body is copied into it, up to hyper's 400 KiB limit per
+    // connection): one `write` per answer measured faster than hyper's
+    // default vectored writes (docs/benchmarks.md, "Gateway").
+    builder.http1().timer(TokioTimer::new()).writev(false);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -226,7 +226,9 @@ where
             .oneshot(uri)
             .await
             .map_err(|e| failed(error::causes(&*e)))?;
+        // Flattened writes, as on the client side (see the listener).
         let (sender, connection) = http1::Builder::new()
+            .writev(false)
             .handshake(io)
             .await
             .map_err(|e| failed(error::causes(&e)))?;

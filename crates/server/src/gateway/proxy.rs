@@ -135,6 +135,8 @@ where
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             // The idle timeout needs a timer to be enforced.
             .pool_timer(TokioTimer::new())
+            // Flattened writes, as on the client side (see the listener).
+            .http1_writev(false)
             .build(connector.clone());
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
