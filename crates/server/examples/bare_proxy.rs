@@ -7,11 +7,12 @@
 //! its answer comes back unchanged: no rate limiting, no header rewriting
 //! (not even the hop-by-hop fields a real proxy must remove), no timers, no
 //! logging. The same hyper and the `tollgate` binary's allocator, set up as
-//! fast as measured here: tokio's current-thread runtime (the gateway's
-//! multi-thread one, sized to the one CPU of the benchmark, measured 0.87
-//! of nginx's throughput where this measured 0.90) and writes flattened
-//! into one buffer (hyper's default vectored writes measured 0.91 where
-//! flattened ones measured 0.96; the gateway flattens too).
+//! fast as measured here (docs/benchmarks.md, "Gateway"): tokio's
+//! current-thread runtime (the multi-thread one, sized to the benchmark's
+//! one CPU, measured a median 0.88 of nginx's throughput where this
+//! measured 0.89) and writes flattened into one buffer (hyper's default
+//! vectored writes measured 0.90 where flattened ones measured 0.96; the
+//! gateway flattens too).
 //!
 //! `scripts/bench-gateway` measures it beside `tollgate gateway` and nginx:
 //! what this proxy reaches is what any proxy built on hyper's connections
