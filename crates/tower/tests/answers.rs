@@ -157,6 +157,13 @@ async fn retrying_after_retry_after_is_admitted_and_a_millisecond_earlier_is_not
 /// A store that is down.
 struct DownStore;
 
+/// What `DownStore` answers to every call but `check`: a timeout.
+fn unused<T>() -> Result<T, tollgate_core::StoreError> {
+    Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
+        50,
+    )))
+}
+
 impl tollgate_core::Store for DownStore {
     async fn check(
         &self,
@@ -175,9 +182,7 @@ impl tollgate_core::Store for DownStore {
         _: u64,
         _: Option<Duration>,
     ) -> Result<tollgate_core::MultiReservation, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-            50,
-        )))
+        unused()
     }
     async fn next_available(
         &self,
@@ -185,9 +190,7 @@ impl tollgate_core::Store for DownStore {
         _: tollgate_core::Moment,
         _: u64,
     ) -> Result<u64, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-            50,
-        )))
+        unused()
     }
     async fn record(
         &self,
@@ -195,28 +198,20 @@ impl tollgate_core::Store for DownStore {
         _: tollgate_core::Moment,
         _: u64,
     ) -> Result<u64, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-            50,
-        )))
+        unused()
     }
     async fn release(
         &self,
         _: tollgate_core::LimitKey<'_>,
         _: u64,
     ) -> Result<bool, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-            50,
-        )))
+        unused()
     }
     async fn reset(&self, _: &[u8]) -> Result<usize, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-            50,
-        )))
+        unused()
     }
     async fn now(&self) -> Result<u64, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-            50,
-        )))
+        unused()
     }
 }
 

@@ -87,33 +87,9 @@ async fn a_trusted_proxy_tells_the_client_address() {
         r
     };
     // Two clients behind the same proxy have their own counters.
-    assert_eq!(
-        service
-            .clone()
-            .oneshot(via_proxy("203.0.113.1"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        service
-            .clone()
-            .oneshot(via_proxy("203.0.113.2"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        service
-            .clone()
-            .oneshot(via_proxy("203.0.113.1"))
-            .await
-            .unwrap()
-            .status(),
-        429
-    );
+    assert_eq!(status_of(&service, via_proxy("203.0.113.1")).await, 200);
+    assert_eq!(status_of(&service, via_proxy("203.0.113.2")).await, 200);
+    assert_eq!(status_of(&service, via_proxy("203.0.113.1")).await, 429);
     let keys: Vec<String> = recorder
         .take()
         .into_iter()

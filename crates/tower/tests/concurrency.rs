@@ -225,12 +225,7 @@ async fn a_client_that_goes_away_mid_request_releases() {
     let _gate_one = gates.recv().await.unwrap();
     let _gate_two = gates.recv().await.unwrap();
     assert_eq!(
-        service
-            .clone()
-            .oneshot(request("192.0.2.1:1000", "/"))
-            .await
-            .unwrap()
-            .status(),
+        status_of(&service, request("192.0.2.1:1000", "/")).await,
         429
     );
 
@@ -256,12 +251,7 @@ async fn dropping_an_unread_body_releases() {
     let response = first.await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(
-        service
-            .clone()
-            .oneshot(request("192.0.2.1:1000", "/"))
-            .await
-            .unwrap()
-            .status(),
+        status_of(&service, request("192.0.2.1:1000", "/")).await,
         429
     );
     drop(response);

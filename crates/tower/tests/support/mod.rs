@@ -58,6 +58,17 @@ pub fn request(peer: &str, uri: &str) -> Request<Full<Bytes>> {
     request
 }
 
+/// The status `service` answers `request` with, sent through a clone so
+/// the caller keeps the service (and whatever state it shares).
+pub async fn status_of<S, B>(service: &S, request: Request<Full<Bytes>>) -> http::StatusCode
+where
+    S: tower::Service<Request<Full<Bytes>>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt;
+    service.clone().oneshot(request).await.unwrap().status()
+}
+
 /// An inner service answering `200 ok`.
 pub async fn ok<B>(_request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(Response::new(Full::new(Bytes::from_static(b"ok"))))
