@@ -39,10 +39,10 @@ pub struct RealClock {
 }
 
 /// The fixed point of [`RealClock::nanos_per_scaled_ticks`]. With 2^48
-/// ticks the factor keeps about 46 significant bits for counters from about
-/// 20 MHz to 5 GHz, so its rounding drifts by less than a microsecond a
-/// day; and a constant shift is one instruction, where quanta's own scaling
-/// shifts by a variable amount.
+/// ticks the factor keeps at least 45 significant bits for counters up to
+/// 5 GHz, so its rounding drifts by less than a microsecond a day; and a
+/// constant shift is one instruction, where quanta's own scaling shifts by
+/// a variable amount.
 const SCALE_SHIFT: u32 = 48;
 
 impl RealClock {

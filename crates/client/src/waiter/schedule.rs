@@ -40,8 +40,8 @@ pub(crate) trait Schedule: Send + Sync + 'static {
     /// docs/benchmarks.md, loading GCRA's word first and reading the clock
     /// while it came cost two threads sharing a waiter about a quarter
     /// more per permit: the other core took the word back during the
-    /// reading, and the swap failed. (On the AMD machine it had saved
-    /// about as much; the ring measured faster clock-first on both.)
+    /// reading, and the swap failed. (On the AMD machine word-first had
+    /// measured faster; the ring had measured faster clock-first there.)
     fn try_take(&self, now: u64, n: u64) -> Attempt;
 
     /// Work the fast path leaves to the line: a balanced ring's first
