@@ -26,19 +26,23 @@
 //! - `metrics`: the Prometheus registry.
 //! - `reload`: a rules reload put in force.
 //! - `routes`: one module per group of routes.
-//! - [`gateway`]: the reverse proxy of `tollgate gateway`, its accept loop
-//!   and its admin port.
+//! - `admin`: [`admin_router`], `/healthz`, `/readyz` and `/metrics` on a
+//!   port of their own, for the gateway (`tollgate-gateway`) whose main
+//!   port belongs to its upstream.
+//! - `observer`: [`MetricsObserver`], the rate-limiting layer's decisions
+//!   (gateway, middleware) counted in the Prometheus registry.
 
+mod admin;
 pub mod answer;
 pub mod app;
 pub mod decide;
 pub mod envoy;
 pub mod error;
 mod extract;
-pub mod gateway;
 pub mod grpc;
 pub mod guarded;
 pub mod metrics;
+mod observer;
 pub mod proto;
 pub mod reload;
 mod routes;
@@ -47,7 +51,9 @@ pub mod settings;
 pub mod target;
 pub mod wire;
 
+pub use admin::admin_router;
 pub use app::{router, App, ROUTES};
+pub use observer::MetricsObserver;
 pub use serve::serve;
 pub use settings::Settings;
 /// The rate-limit headers of SPEC §7, shared with the gateway and the

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate_core::rate::parse_duration;
+use tollgate_gateway::Upstream;
 use tollgate_rules::RuleSet;
-use tollgate_server::gateway::Upstream;
 use tollgate_tower::{ForwardedHeader, TrustedProxies};
 
 use crate::args::GatewayArgs;

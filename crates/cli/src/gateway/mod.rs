@@ -1,7 +1,7 @@
 //! `tollgate gateway`: wiring only. Reads the settings, loads the rules
 //! and watches them, builds the store (memory, or Redis under its failure
 //! policy) and its housekeeping, then serves the reverse proxy
-//! ([`tollgate_server::gateway`]) behind the rate-limiting layer
+//! ([`tollgate_gateway`]) behind the rate-limiting layer
 //! ([`tollgate_tower::RateLimitLayer`]) and the optional admin port until
 //! SIGTERM or SIGINT, and finishes the requests in flight.
 
@@ -14,11 +14,12 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::Store;
+use tollgate_gateway::{self as gateway, Proxy, ProxySettings};
 use tollgate_rules::watch::RulesWatcher;
 use tollgate_rules::RuleSet;
-use tollgate_server::gateway::{self, MetricsObserver, Proxy, ProxySettings};
 use tollgate_server::metrics::Metrics;
 use tollgate_server::reload::apply_reload;
+use tollgate_server::MetricsObserver;
 use tollgate_tower::{RateLimitLayer, Settings};
 use tower::ServiceBuilder;
 
@@ -152,7 +153,7 @@ async fn serve_on<S: Store>(
     let admin = async {
         match admin {
             Some(listener) => {
-                let router = gateway::admin_router(store, metrics);
+                let router = tollgate_server::admin_router(store, metrics);
                 axum::serve(listener, router)
                     .with_graceful_shutdown(until_stopped(stopped))
                     .await

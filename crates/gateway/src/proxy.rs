@@ -28,14 +28,14 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tollgate_tower::PeerAddr;
 
-use super::body::ProxyBody;
-use super::error::ProxyError;
-use super::forwarded;
-use super::hop_by_hop::{self, Upgrade};
-use super::paired::{PairedUpstream, Sent};
-use super::tls::{self, UpstreamTlsError};
-use super::upgrade;
-use super::upstream::Upstream;
+use crate::body::ProxyBody;
+use crate::error::ProxyError;
+use crate::forwarded;
+use crate::hop_by_hop::{self, Upgrade};
+use crate::paired::{PairedUpstream, Sent};
+use crate::tls::{self, UpstreamTlsError};
+use crate::upgrade;
+use crate::upstream::Upstream;
 
 /// How long an idle upstream connection is kept for reuse.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -76,7 +76,7 @@ pub type ProxyFuture =
 /// puts it there) for `X-Forwarded-For`.
 ///
 /// ```
-/// use tollgate_server::gateway::{Proxy, ProxySettings};
+/// use tollgate_gateway::{Proxy, ProxySettings};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

@@ -1,11 +1,15 @@
-//! The gateway: a reverse proxy that forwards requests to one upstream and
-//! streams the answers back, served by `tollgate gateway`.
+//! tollgate's gateway: a reverse proxy that forwards requests to one
+//! upstream and streams the answers back, served by `tollgate gateway`.
 //!
-//! This module owns the proxying only — rewriting targets, hop-by-hop and
-//! forwarding headers, upgrades, upstream errors, the accept loop and the
-//! admin port. Deciding which requests go through is the rate-limiting
-//! layer's job (`tollgate-tower`), put around [`Proxy`] as a
-//! `tower::Layer` by the binary's wiring:
+//! This crate owns the proxying only — rewriting targets, hop-by-hop and
+//! forwarding headers, upgrades, upstream errors and the accept loop.
+//! Deciding which requests go through is the rate-limiting layer's job
+//! (`tollgate-tower`, which it shares with the decision service through
+//! `tollgate_rules::check` and the header writer), put around [`Proxy`] as
+//! a `tower::Layer` by the binary's wiring; the admin port
+//! (`tollgate_server::admin_router`) and the decisions' metrics
+//! (`tollgate_server::MetricsObserver`) belong to the decision service,
+//! which answers them the same way:
 //!
 //! ```text
 //! listener::run ── PeerAddr ──▶ [rate-limiting layer] ──▶ Proxy ──▶ upstream
@@ -27,29 +31,21 @@
 //! - `listener`: [`run`], the accept loop with graceful shutdown.
 //! - `paired`: [`PairedUpstream`], a client connection's own upstream
 //!   connection, driven in its task.
-//! - `admin`: [`admin_router`], `/healthz`, `/readyz` and `/metrics` on a
-//!   port of their own.
-//! - `observer`: [`MetricsObserver`], the layer's decisions counted in the
-//!   Prometheus registry.
 
-mod admin;
 mod body;
 mod error;
 mod forwarded;
 mod hop_by_hop;
 mod listener;
-mod observer;
 mod paired;
 mod proxy;
 mod tls;
 mod upgrade;
 mod upstream;
 
-pub use admin::admin_router;
 pub use body::ProxyBody;
 pub use error::ProxyError;
 pub use listener::run;
-pub use observer::MetricsObserver;
 pub use paired::PairedUpstream;
 pub use proxy::{Proxy, ProxyFuture, ProxySettings};
 pub use tls::UpstreamTlsError;

@@ -18,7 +18,7 @@ use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 /// request's path, and the query is kept as it is.
 ///
 /// ```
-/// use tollgate_server::gateway::Upstream;
+/// use tollgate_gateway::Upstream;
 ///
 /// let upstream: Upstream = "http://127.0.0.1:9000/api/".parse().unwrap();
 /// let target = upstream.target(&"/v1/users?page=2".parse().unwrap()).unwrap();

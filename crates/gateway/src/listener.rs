@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 use tollgate_tower::PeerAddr;
 use tower::ServiceBuilder;
 
-use super::paired::{self, PairedUpstream};
+use crate::paired::{self, PairedUpstream};
 
 /// The errors a service or a body may fail with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

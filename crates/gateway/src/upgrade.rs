@@ -12,8 +12,8 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::body::ProxyBody;
-use super::hop_by_hop::{self, Upgrade};
+use crate::body::ProxyBody;
+use crate::hop_by_hop::{self, Upgrade};
 
 /// The answer to an upgrade request: the upstream's `101` passed on, with
 /// both connections joined once each has been handed over; or, if the

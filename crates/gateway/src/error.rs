@@ -20,8 +20,8 @@ use http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use serde::Serialize;
 
-use super::body::ProxyBody;
-use super::upstream::{InvalidTarget, Upstream};
+use crate::body::ProxyBody;
+use crate::upstream::{InvalidTarget, Upstream};
 
 /// Why a request was answered by the gateway instead of the upstream.
 #[derive(Debug, thiserror::Error)]

@@ -29,8 +29,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use parking_lot::Mutex;
 use tower::ServiceExt;
 
-use super::error::{self, ProxyError};
-use super::upstream::Upstream;
+use crate::error::{self, ProxyError};
+use crate::upstream::Upstream;
 
 /// The errors a request body may fail with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
