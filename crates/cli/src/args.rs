@@ -158,6 +158,11 @@ pub struct StoreArgs {
     /// Prefix of every Redis key tollgate writes [default: tollgate:].
     #[arg(long, env = "TOLLGATE_REDIS_PREFIX")]
     pub redis_prefix: Option<String>,
+    /// Which engine decides on Redis: `auto` (tollgate's Redis module when
+    /// every node has it loaded, the Lua script otherwise), `module` (refuse
+    /// to start when a node lacks it) or `lua` [default: auto].
+    #[arg(long, env = "TOLLGATE_REDIS_ENGINE")]
+    pub redis_engine: Option<String>,
     /// Ask Redis even for keys known to be over their limit (turns off the
     /// local over-limit cache).
     #[arg(long, env = "TOLLGATE_NO_OVER_LIMIT_CACHE")]

@@ -142,6 +142,13 @@ pub trait Store: Send + Sync + 'static {
     /// The store's current time, in nanoseconds since the Unix epoch.
     fn now(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
+    /// The engine deciding in this store, for stores that have several
+    /// (the Redis store: `module` or `lua`), as last found; `None` for the
+    /// others. For readiness reports and metrics.
+    fn engine(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether the store can serve decisions now: ready when it can tell
     /// the time.
     fn status(&self) -> impl Future<Output = StoreStatus> + Send {
@@ -208,6 +215,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn now(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
         (**self).now()
+    }
+
+    fn engine(&self) -> Option<&'static str> {
+        (**self).engine()
     }
 
     fn status(&self) -> impl Future<Output = StoreStatus> + Send {

@@ -3,7 +3,9 @@
 //!
 //! [`RedisStore`] implements the core's [`Store`](tollgate_core::Store)
 //! trait, as the memory store does, and gives the same decisions for the
-//! same inputs: every operation is one atomic Lua script (`src/lua`) that
+//! same inputs: every operation is one atomic call, of tollgate's Redis
+//! module (crates/redis-module) where every node has it loaded, or of a Lua
+//! script (`src/lua`) that
 //! ports the core's algorithms with exact integer arithmetic, reads the time
 //! from Redis `TIME` unless the caller passes an explicit instant, and sets a
 //! TTL on everything it writes.
@@ -18,11 +20,13 @@
 
 mod cells;
 mod endpoint;
+mod engine;
 mod over_limit;
 mod script;
 mod store;
 mod tls;
 
 pub use endpoint::{Endpoint, EndpointError};
+pub use engine::{Engine, EngineError, Running};
 pub use store::{OpenError, RedisConfig, RedisStore};
 pub use tls::TlsError;

@@ -9,6 +9,11 @@
 //! while Redis is down, fails its calls fast with [`StoreError`]s, and
 //! recovers by itself when Redis answers again.
 //!
+//! The engine is tollgate's Redis module (`TOLLGATE.DECIDE`) where every
+//! node has it and the script otherwise, as [`RedisConfig::engine`] says
+//! (see the `engine` module): both take the same words and keep the same
+//! state, so a call may go to either.
+//!
 //! On a cluster, a request whose keys fall in different slots cannot be one
 //! script. It is checked on every slot first without counting (`probe`),
 //! and only if every limit admits it is it counted, slot by slot, each slot
@@ -25,12 +30,15 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
 use tollgate_core::time::duration_to_nanos;
-use tollgate_core::{Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError};
+use tollgate_core::{
+    Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus,
+};
 
 use crate::cells::{self, Cell, Plan};
 use crate::endpoint::Endpoint;
+use crate::engine::{self, Engine, EngineState, Running};
 use crate::over_limit::{self, OverLimitCache};
 use crate::script::SOURCE;
 use crate::tls::{self, TlsError};
@@ -57,6 +65,8 @@ pub struct RedisConfig {
     pub tls_cert: Option<PathBuf>,
     /// The PEM private key of [`tls_cert`](Self::tls_cert).
     pub tls_key: Option<PathBuf>,
+    /// Which engine decides (default [`Engine::Auto`]).
+    pub engine: Engine,
 }
 
 impl Default for RedisConfig {
@@ -69,6 +79,7 @@ impl Default for RedisConfig {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            engine: Engine::Auto,
         }
     }
 }
@@ -107,6 +118,7 @@ struct Inner {
     script: redis::Script,
     config: RedisConfig,
     over_limit: OverLimitCache,
+    engine: EngineState,
 }
 
 enum Connection {
@@ -143,6 +155,15 @@ impl LazyCluster {
             .map_err(unavailable)?;
         self.live.store(Some(Arc::new(connection.clone())));
         Ok(connection)
+    }
+}
+
+/// A node name or reply as text, for messages.
+fn value_text(value: &redis::Value) -> String {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(text) => text.clone(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -206,6 +227,7 @@ impl RedisStore {
                 script: redis::Script::new(SOURCE),
                 config,
                 over_limit: OverLimitCache::default(),
+                engine: EngineState::new(),
             }),
         })
     }
@@ -247,7 +269,71 @@ impl RedisStore {
                 cluster.forget();
             }
         }
+        if matches!(&result, Err(error) if !error.to_string().contains("tollgate:")) {
+            // A reconnect or a failover may put a node without the module
+            // in front: look again.
+            self.inner.engine.forget();
+        }
         result
+    }
+
+    /// The engine that decided last, if the store has looked yet.
+    pub fn running_engine(&self) -> Option<Running> {
+        self.inner.engine.last()
+    }
+
+    /// Looks which engine can decide now: the module when every node
+    /// (every master of a cluster) has it, unless the configured engine is
+    /// `lua`. With engine `module`, a node without it is an error that
+    /// names it.
+    pub async fn probe_engine(&self) -> Result<Running, StoreError> {
+        self.bounded(self.probe()).await
+    }
+
+    async fn probe(&self) -> Result<Running, StoreError> {
+        if self.inner.config.engine == Engine::Lua {
+            self.inner.engine.found(Running::Lua);
+            return Ok(Running::Lua);
+        }
+        let mut info = redis::cmd("COMMAND");
+        info.arg("INFO").arg(engine::COMMAND);
+        let missing: Option<String> = match &self.inner.connection {
+            Connection::Single(manager) => {
+                let reply: redis::Value = info
+                    .query_async(&mut manager.clone())
+                    .await
+                    .map_err(unavailable)?;
+                (!engine::knows_command(&reply)).then(|| "the server".to_owned())
+            }
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.get().await?;
+                let every_master =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = connection
+                    .route_command(info, every_master)
+                    .await
+                    .map_err(unavailable)?;
+                match reply {
+                    redis::Value::Map(nodes) => nodes
+                        .iter()
+                        .find(|(_, reply)| !engine::knows_command(reply))
+                        .map(|(node, _)| format!("node {}", value_text(node))),
+                    reply => (!engine::knows_command(&reply)).then(|| "a node".to_owned()),
+                }
+            }
+        };
+        let running = match missing {
+            None => Running::Module,
+            Some(node) if self.inner.config.engine == Engine::Module => {
+                return Err(StoreError::Unavailable(format!(
+                    "tollgate: the tollgate Redis module ({}) is not loaded on {node}, and the Redis engine is `module`: load libtollgate_redis.so there, or use the engine `auto`",
+                    engine::COMMAND
+                )));
+            }
+            Some(_) => Running::Lua,
+        };
+        self.inner.engine.found(running);
+        Ok(running)
     }
 
     async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
@@ -263,8 +349,73 @@ impl RedisStore {
         }
     }
 
-    /// Runs the script's `op` over `cells` (all in one slot on a cluster).
+    /// Runs `op` over `cells` (all in one slot on a cluster) on the engine
+    /// that can decide now: the module, or the script when a node does not
+    /// know the module's command.
     async fn run(
+        &self,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+        extra: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        self.bounded(async {
+            let running = match self.inner.engine.current() {
+                Some(running) => running,
+                None => self.probe().await?,
+            };
+            if running == Running::Module {
+                match self.decide_in_module(op, cells, at, extra).await {
+                    Err(error) if engine::is_unknown_command(&error) => {
+                        // Failed over to a node without the module: the
+                        // script reads what the module wrote.
+                        self.inner.engine.forget();
+                        if self.inner.config.engine == Engine::Module {
+                            return Err(script_error(error, cells));
+                        }
+                    }
+                    result => return result.map_err(|e| script_error(e, cells)),
+                }
+            }
+            self.decide_in_script(op, cells, at, extra).await
+        })
+        .await
+    }
+
+    /// `TOLLGATE.DECIDE`: the script's words, keys first (crates/redis-module).
+    async fn decide_in_module(
+        &self,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+        extra: &str,
+    ) -> Result<Vec<String>, redis::RedisError> {
+        let mut cmd = redis::cmd(engine::COMMAND);
+        for cell in cells {
+            cmd.arg(cell.key.as_slice())
+                .arg(cell.field.as_str())
+                .arg(cell.spec.as_str())
+                .arg(cell.cost);
+        }
+        match at {
+            Moment::Now => cmd.arg(op).arg(""),
+            Moment::At(ns) => cmd.arg(op).arg(ns),
+        };
+        cmd.arg(self.inner.config.ttl_grace.as_millis().to_string())
+            .arg(extra);
+        match &self.inner.connection {
+            Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.get().await.map_err(|e| {
+                    redis::RedisError::from((redis::ErrorKind::Io, "cluster", e.to_string()))
+                })?;
+                cmd.query_async(&mut connection).await
+            }
+        }
+    }
+
+    /// The script's `op` over `cells`.
+    async fn decide_in_script(
         &self,
         op: &str,
         cells: &[&Cell],
@@ -287,22 +438,19 @@ impl RedisStore {
                 .arg(cell.spec.as_str())
                 .arg(cell.cost);
         }
-        self.bounded(async {
-            match &self.inner.connection {
-                Connection::Single(manager) => invocation
-                    .invoke_async(&mut manager.clone())
+        match &self.inner.connection {
+            Connection::Single(manager) => invocation
+                .invoke_async(&mut manager.clone())
+                .await
+                .map_err(|e| script_error(e, cells)),
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.get().await?;
+                invocation
+                    .invoke_async(&mut connection)
                     .await
-                    .map_err(|e| script_error(e, cells)),
-                Connection::Cluster(cluster) => {
-                    let mut connection = cluster.get().await?;
-                    invocation
-                        .invoke_async(&mut connection)
-                        .await
-                        .map_err(|e| script_error(e, cells))
-                }
+                    .map_err(|e| script_error(e, cells))
             }
-        })
-        .await
+        }
     }
 
     /// The cells grouped by cluster slot (one group on a single node).
@@ -545,6 +693,16 @@ impl Store for RedisStore {
     async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
         let key = cells::redis_key(&self.inner.config.key_prefix, key);
         self.inner.over_limit.forget_key(&key);
+        if self.inner.engine.last() == Some(Running::Module) {
+            let mut reset = redis::cmd("TOLLGATE.RESET");
+            reset.arg(&key);
+            match self.bounded(self.command::<usize>(reset)).await {
+                Err(StoreError::Unavailable(e)) if e.to_lowercase().contains("unknown command") => {
+                    self.inner.engine.forget();
+                }
+                result => return result,
+            }
+        }
         let mut pipe = redis::pipe();
         pipe.atomic().hlen(&key).del(&key).ignore();
         let (held,): (usize,) = self
@@ -562,6 +720,24 @@ impl Store for RedisStore {
             })
             .await?;
         Ok(held)
+    }
+
+    fn engine(&self) -> Option<&'static str> {
+        self.inner.engine.last().map(Running::as_str)
+    }
+
+    /// Ready when Redis tells the time and an engine can decide (looking
+    /// which one when the store does not know yet).
+    async fn status(&self) -> StoreStatus {
+        if let Err(error) = self.now().await {
+            return StoreStatus::Unavailable(error.to_string());
+        }
+        if self.inner.engine.current().is_none() {
+            if let Err(error) = self.probe_engine().await {
+                return StoreStatus::Unavailable(error.to_string());
+            }
+        }
+        StoreStatus::Ready
     }
 
     async fn now(&self) -> Result<u64, StoreError> {

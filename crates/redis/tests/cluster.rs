@@ -190,3 +190,69 @@ fn a_replica_takes_over_when_its_master_dies() {
     assert_ne!(promoted, master);
     assert!(cluster.nodes[promoted].is_running());
 }
+
+/// The same failover with tollgate's Redis module on every node, deciding
+/// (engine `module`, so no call falls back to the script): two limits on
+/// one key counted together, the master killed, and the promoted replica's
+/// counters decide the next check exactly.
+#[test]
+fn the_module_decides_across_a_failover_on_the_replicas_counters() {
+    let mut cluster = RedisCluster::start_with_module(3, 1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _context = runtime.enter();
+    let config = RedisConfig {
+        engine: tollgate_redis::Engine::Module,
+        ..RedisConfig::default()
+    };
+    let store = RedisStore::open(&cluster.url().parse().unwrap(), config).unwrap();
+    let (per_hour, per_day) = (gcra(3), gcra(5));
+    let both = [
+        LimitKey {
+            limit: &per_hour,
+            key: b"erin",
+        },
+        LimitKey {
+            limit: &per_day,
+            key: b"erin",
+        },
+    ];
+    runtime.block_on(async {
+        for _ in 0..2 {
+            let d = store.check(&both, Moment::Now, 1).await.unwrap();
+            assert!(d.iter().all(|d| d.allowed), "{d:?}");
+        }
+        assert_eq!(
+            store.running_engine(),
+            Some(tollgate_redis::Running::Module)
+        );
+    });
+    let master = cluster.master_of(&tag(&store, b"erin"));
+    cluster.wait_until_replicated(master);
+    cluster.nodes[master].kill();
+    let decision = runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match store.check(&both, Moment::Now, 1).await {
+                Ok(d) => break d,
+                Err(e) => assert!(Instant::now() < deadline, "never served again: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert!(decision.iter().all(|d| d.allowed), "{decision:?}");
+    assert_eq!(
+        (decision[0].remaining, decision[1].remaining),
+        (0, 2),
+        "the replica kept both counts"
+    );
+    let d = runtime
+        .block_on(store.check(&both, Moment::Now, 1))
+        .unwrap();
+    assert!(!d[0].allowed && d[1].allowed, "{d:?}");
+    let promoted = cluster.master_of(&tag(&store, b"erin"));
+    assert_ne!(promoted, master);
+    assert!(cluster.nodes[promoted].is_running());
+}

@@ -1,7 +1,8 @@
 //! The conformance suite: the same operations, at the same explicit
-//! instants, through the memory store and through the Redis store (a real
-//! `redis-server` this test starts) give identical results — decisions,
-//! reservations, next-available instants and errors.
+//! instants, through the memory store and through the Redis store on both
+//! of its engines — the Lua script and tollgate's Redis module, on a real
+//! `redis-server` this test starts with the module loaded — give identical
+//! results: decisions, reservations, next-available instants and errors.
 //!
 //! Random traces (proptest) mix every algorithm the script runs, several
 //! limits per check, shared keys, costs from peeks to over-capacity, and
@@ -15,8 +16,10 @@ use tollgate_core::{
     AlgorithmName, AnyAlgorithm, Decision, Limit, LimitKey, Moment, MultiReservation, Rate, Store,
 };
 use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
-use tollgate_redis::{RedisConfig, RedisStore};
 use tollgate_testkit::RedisServer;
+
+mod support;
+use support::engines::Engines;
 
 /// 2025-11-13, in ns: realistic epoch magnitudes exercise the script's
 /// big-number arithmetic.
@@ -144,19 +147,11 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A fresh pair of stores; the Redis one in its own key namespace.
-fn stores(server: &RedisServer, namespace: &str) -> (LocalStore, RedisStore) {
+/// A fresh memory store and Redis store on both engines, in its own key
+/// namespace.
+fn stores(server: &RedisServer, namespace: &str) -> (LocalStore, Engines) {
     let memory = LocalStore::system(MemoryStore::new(MemoryConfig::default()));
-    let config = RedisConfig {
-        key_prefix: format!("conformance:{namespace}:"),
-        timeout: Duration::from_secs(5),
-        // Explicit instants never meet Redis's clock; keep every key alive
-        // for the whole run however slow the machine is.
-        ttl_grace: Duration::from_secs(3600),
-        ..RedisConfig::default()
-    };
-    let redis = RedisStore::open(&server.url().parse().unwrap(), config).unwrap();
-    (memory, redis)
+    (memory, Engines::open(server, namespace))
 }
 
 #[derive(Debug, Clone)]
@@ -340,7 +335,7 @@ fn cases() -> u32 {
 
 #[test]
 fn random_traces_decide_alike_in_memory_and_in_redis() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let limits = limits();
@@ -410,7 +405,7 @@ fn focused(op: &Op, limits: usize) -> Op {
 
 #[test]
 fn focused_traces_on_a_few_limits_decide_alike() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let all = limits();
@@ -444,7 +439,7 @@ fn focused_traces_on_a_few_limits_decide_alike() {
 
 #[test]
 fn redis_time_decides_when_no_instant_is_given() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let (_, redis) = stores(&server, "time");
@@ -481,13 +476,13 @@ fn redis_time_decides_when_no_instant_is_given() {
 struct Pair {
     runtime: tokio::runtime::Runtime,
     memory: LocalStore,
-    redis: RedisStore,
+    redis: Engines,
     _server: RedisServer,
 }
 
 impl Pair {
     fn new(namespace: &str) -> Pair {
-        let server = RedisServer::start();
+        let server = RedisServer::start_with_module();
         let runtime = runtime();
         let (memory, redis) = {
             let _context = runtime.enter();
@@ -803,7 +798,7 @@ fn one(limit: &Limit) -> [LimitKey<'_>; 1] {
 
 #[test]
 fn stepped_window_counts_whole_steps_until_they_leave() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let stores = stores(&server, "stepped-boundaries");
@@ -859,7 +854,7 @@ fn stepped_window_counts_whole_steps_until_they_leave() {
 
 #[test]
 fn stepped_window_queues_checks_behind_a_booking() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let stores = stores(&server, "stepped-booking");
@@ -889,7 +884,7 @@ fn stepped_window_queues_checks_behind_a_booking() {
 
 #[test]
 fn stepped_window_records_calls_over_the_limit() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let stores = stores(&server, "stepped-record");
@@ -948,7 +943,7 @@ fn stepped_window_records_calls_over_the_limit() {
 
 #[test]
 fn concurrency_leases_are_held_released_and_expire() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let stores = stores(&server, "concurrency");
@@ -1011,7 +1006,7 @@ fn concurrency_leases_are_held_released_and_expire() {
 
 #[test]
 fn concurrency_never_hands_out_an_id_twice() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let stores = stores(&server, "concurrency-ids");
@@ -1039,7 +1034,7 @@ fn concurrency_never_hands_out_an_id_twice() {
 struct Twin<'r> {
     runtime: &'r tokio::runtime::Runtime,
     memory: LocalStore,
-    redis: RedisStore,
+    redis: Engines,
     limit: Limit,
 }
 
@@ -1127,7 +1122,7 @@ const NS: fn(u64) -> Duration = Duration::from_nanos;
 
 #[test]
 fn sliding_log_entry_at_t_minus_p_has_left_the_window() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let p = 1_000_000_007;
@@ -1156,7 +1151,7 @@ fn sliding_log_entry_at_t_minus_p_has_left_the_window() {
 
 #[test]
 fn sliding_log_weighted_costs_fill_it_exactly() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let p = 1_001_000_000;
@@ -1193,7 +1188,7 @@ fn sliding_log_weighted_costs_fill_it_exactly() {
 /// 10^7, in instants and in totals, read back exactly.
 #[test]
 fn sliding_log_marks_across_a_wrap_of_their_residues() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let (n, p) = (9_999_999, 10_000_000);
@@ -1219,7 +1214,7 @@ fn sliding_log_marks_across_a_wrap_of_their_residues() {
 
 #[test]
 fn sliding_counter_weighs_the_previous_window_with_the_floor() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let (n, p) = (7u64, 1_000_000_007u64);
@@ -1288,7 +1283,7 @@ fn reservations_land_exactly(twin: &Twin<'_>, t0: u64, n: u64) {
 
 #[test]
 fn sliding_log_reservations_land_exactly() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let log = Limit::new(AlgorithmName::SlidingWindowLog, rate(3, NS(1_000_000_007)));
@@ -1298,7 +1293,7 @@ fn sliding_log_reservations_land_exactly() {
 
 #[test]
 fn sliding_counter_reservations_land_exactly() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let p = 1_000_000_007;
@@ -1332,10 +1327,10 @@ fn usec_per_call(server: &RedisServer) -> f64 {
 #[test]
 #[ignore = "a measurement, not a check"]
 fn full_log_decision_cost_against_gcra() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
-    let (_, redis) = stores(&server, "cost");
+    let (_, Engines { lua: redis, .. }) = stores(&server, "cost");
     let day = Duration::from_secs(86_400);
     let p = 86_400_000_000_000;
     let log = Limit::new(AlgorithmName::SlidingWindowLog, rate(10_000, day));

@@ -48,10 +48,12 @@ pub fn admin_router<S: Store>(store: Arc<S>, metrics: Arc<Metrics>) -> Router {
 }
 
 async fn readyz<S: Store>(State(admin): State<Admin<S>>) -> impl IntoResponse {
-    health::readiness(admin.store.status().await, admin.metrics.store_errors())
+    let status = admin.store.status().await;
+    health::readiness(status, admin.metrics.store_errors(), admin.store.engine())
 }
 
 async fn metrics_text<S: Store>(State(admin): State<Admin<S>>) -> impl IntoResponse {
+    admin.metrics.set_engine(admin.store.engine());
     health::exposition(&admin.metrics)
 }
 

@@ -247,13 +247,19 @@ impl<S: Store> Store for Guarded<S> {
         }
     }
 
+    fn engine(&self) -> Option<&'static str> {
+        self.primary.engine()
+    }
+
     async fn status(&self) -> StoreStatus {
-        match self.primary.now().await {
-            Ok(_) => StoreStatus::Ready,
-            Err(e) if self.policy == OnStoreError::FailClosed => {
-                StoreStatus::Unavailable(e.to_string())
+        match self.primary.status().await {
+            StoreStatus::Ready => StoreStatus::Ready,
+            StoreStatus::Unavailable(e) | StoreStatus::Degraded(e)
+                if self.policy == OnStoreError::FailClosed =>
+            {
+                StoreStatus::Unavailable(e)
             }
-            Err(e) => StoreStatus::Degraded(e.to_string()),
+            StoreStatus::Unavailable(e) | StoreStatus::Degraded(e) => StoreStatus::Degraded(e),
         }
     }
 }

@@ -48,6 +48,12 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// The engine label of `tollgate_redis_engine`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EngineLabels {
+    engine: &'static str,
+}
+
 /// How one rule's decision counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -87,6 +93,7 @@ pub struct Metrics {
     snapshot_loads: Family<ResultLabels, Counter>,
     store_errors: Counter,
     memory_used: Gauge,
+    redis_engine: Family<EngineLabels, Gauge>,
     detailed: Mutex<HashSet<String>>,
     /// Handles onto each (domain, rule)'s counters, so counting a decision
     /// neither allocates labels nor hashes them into five families.
@@ -191,6 +198,7 @@ impl Metrics {
             snapshot_loads: Family::default(),
             store_errors: Counter::default(),
             memory_used: Gauge::default(),
+            redis_engine: Family::default(),
             detailed: Mutex::new(HashSet::new()),
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
             routes: Vec::new(),
@@ -244,6 +252,11 @@ impl Metrics {
             "store_errors",
             "Store operations that failed",
             metrics.store_errors.clone(),
+        );
+        registry.register(
+            "redis_engine",
+            "The engine deciding on Redis: 1 for the one running (module or lua)",
+            metrics.redis_engine.clone(),
         );
         registry.register(
             "memory_store_used_bytes",
@@ -377,6 +390,18 @@ impl Metrics {
     pub fn set_memory_used(&self, bytes: usize) {
         self.memory_used
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Sets `tollgate_redis_engine` to 1 for `engine` and 0 for the other
+    /// (nothing for stores with one engine, `None`).
+    pub fn set_engine(&self, engine: Option<&'static str>) {
+        let Some(engine) = engine else { return };
+        for name in ["module", "lua"] {
+            let value = i64::from(name == engine);
+            self.redis_engine
+                .get_or_create(&EngineLabels { engine: name })
+                .set(value);
+        }
     }
 
     /// The text exposition of every metric.

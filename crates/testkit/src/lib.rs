@@ -5,15 +5,20 @@
 //! create`. Each lives in its own temporary directory, keeps nothing on disk,
 //! and is killed when dropped. No test uses a Redis it did not start.
 //! [`sf_list_members`] reads rate-limit headers with a real Structured
-//! Fields parser.
+//! Fields parser. [`redis_module`] builds tollgate's Redis module, which
+//! [`RedisServer::start_with_module`] and [`RedisCluster::start_with_module`]
+//! load.
 //!
 //! The binaries come from Debian's `redis-server` package, which
 //! `scripts/test` installs when it is missing. This crate is for tests only
 //! and panics (with a message) when the environment cannot run Redis.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod module;
 mod structured_fields;
 mod tls;
+
+pub use module::redis_module;
 
 pub use structured_fields::sf_list_members;
 pub use tls::TestCertificates;
@@ -78,6 +83,13 @@ impl RedisServer {
     /// A server with extra `redis-server` arguments (e.g. cluster mode).
     pub fn start_with(extra: &[&str]) -> RedisServer {
         RedisServer::start_listening(|_| Listener::Tcp, extra)
+    }
+
+    /// A standalone server with tollgate's Redis module loaded
+    /// (`--loadmodule`, built by [`redis_module`]).
+    pub fn start_with_module() -> RedisServer {
+        let module = redis_module().display().to_string();
+        RedisServer::start_with(&["--loadmodule", &module])
     }
 
     /// A server that speaks TLS only, on a free port, with a certificate
@@ -291,16 +303,29 @@ impl RedisCluster {
     /// `masters` masters with `replicas` replicas each, joined into one
     /// cluster, waiting until every node reports `cluster_state:ok`.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_loading(masters, replicas, &[])
+    }
+
+    /// [`start`](Self::start) with tollgate's Redis module loaded on every
+    /// node.
+    pub fn start_with_module(masters: usize, replicas: usize) -> RedisCluster {
+        let module = redis_module().display().to_string();
+        RedisCluster::start_loading(masters, replicas, &["--loadmodule", &module])
+    }
+
+    fn start_loading(masters: usize, replicas: usize, extra: &[&str]) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-node-timeout",
                     "1000",
                     "--cluster-require-full-coverage",
                     "no",
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start_with(&args)
             })
             .collect();
         let addresses: Vec<String> = nodes

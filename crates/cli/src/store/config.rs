@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate_memory::DEFAULT_MAX_BYTES;
-use tollgate_redis::{Endpoint, RedisConfig};
+use tollgate_redis::{Endpoint, Engine, RedisConfig};
 use tollgate_server::guarded::OnStoreError;
 
 use crate::args::StoreArgs;
@@ -25,6 +25,8 @@ pub struct StoreFile {
     pub store_timeout_ms: Option<u64>,
     /// `redis_prefix`.
     pub redis_prefix: Option<String>,
+    /// `redis_engine`.
+    pub redis_engine: Option<String>,
     /// `no_over_limit_cache`.
     pub no_over_limit_cache: Option<bool>,
     /// `redis_tls_ca`.
@@ -57,6 +59,8 @@ pub struct SharedStore {
     pub timeout: Duration,
     /// Key prefix.
     pub prefix: String,
+    /// Which engine decides.
+    pub engine: Engine,
     /// Answer keys known to be over their limit without asking Redis.
     pub over_limit_cache: bool,
     /// CA certificates to trust for TLS (PEM file).
@@ -114,6 +118,12 @@ impl StoreConfig {
                 })?,
                 on_error,
                 timeout,
+                engine: match args.redis_engine.clone().or(file.redis_engine) {
+                    Some(text) => text
+                        .parse()
+                        .map_err(|e: tollgate_redis::EngineError| ConfigError::Invalid(format!("redis_engine: {e}")))?,
+                    None => Engine::Auto,
+                },
                 prefix: args
                     .redis_prefix
                     .clone()
@@ -181,6 +191,14 @@ mod tests {
                     ..StoreArgs::default()
                 },
                 "etcd",
+            ),
+            (
+                StoreArgs {
+                    store: Some("redis://h:1".into()),
+                    redis_engine: Some("native".into()),
+                    ..StoreArgs::default()
+                },
+                "redis_engine",
             ),
             (
                 StoreArgs {

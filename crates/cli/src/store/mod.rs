@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
-use tollgate_redis::{RedisConfig, RedisStore};
+use tollgate_redis::{Engine, RedisConfig, RedisStore};
 use tollgate_server::guarded::Guarded;
 use tollgate_server::metrics::Metrics;
 
@@ -50,6 +50,7 @@ pub async fn shared(
         tls_ca: shared.tls_ca.clone(),
         tls_cert: shared.tls_cert.clone(),
         tls_key: shared.tls_key.clone(),
+        engine: shared.engine,
         ..RedisConfig::default()
     };
     let redis = RedisStore::open(&shared.endpoint, redis_config)
@@ -61,8 +62,17 @@ pub async fn shared(
         shared.on_error,
         metrics.store_error_counter(),
     );
-    match store.primary().ping().await {
-        Ok(()) => tracing::info!(store = ?shared.endpoint, "shared store answers"),
+    match store.primary().probe_engine().await {
+        Ok(engine) => tracing::info!(
+            store = ?shared.endpoint,
+            engine = engine.as_str(),
+            "shared store answers"
+        ),
+        Err(error)
+            if shared.engine == Engine::Module && error.to_string().contains("not loaded") =>
+        {
+            anyhow::bail!("{error}");
+        }
         Err(error) => tracing::warn!(
             store = ?shared.endpoint,
             %error,

@@ -40,7 +40,17 @@ for i = 1, #KEYS do
   end
   local L = A.parse(f)
   local stored = redis.call('HGET', KEYS[i], field)
-  if stored == false then stored = nil end
+  if stored == false then
+    stored = nil
+  else
+    -- Format version 1 (docs/redis-state.md): every value starts with a
+    -- digit; a later version starts with its tag, which this script must
+    -- not misread.
+    local first = string.byte(stored, 1)
+    if first == nil or first < 48 or first > 57 then
+      error('tollgate: state of ' .. field .. ' is not format version 1')
+    end
+  end
   cells[i] = {
     A = A,
     L = L,

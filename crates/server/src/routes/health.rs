@@ -22,30 +22,41 @@ pub(crate) async fn healthz() -> impl IntoResponse {
 /// policy meant to keep serving is not defeated by the load balancer);
 /// `503` when requests would fail.
 pub(crate) async fn readyz<S: Store>(State(app): State<App<S>>) -> impl IntoResponse {
-    readiness(app.store().status().await, app.metrics().store_errors())
+    let status = app.store().status().await;
+    readiness(status, app.metrics().store_errors(), app.store().engine())
 }
 
 /// The `/readyz` answer for a store in `status`, with `store_errors`
-/// failed store operations so far.
-pub(crate) fn readiness(status: StoreStatus, store_errors: u64) -> impl IntoResponse {
-    match status {
+/// failed store operations so far and the engine deciding in the store
+/// (Redis: `module` or `lua`), when it has several.
+pub(crate) fn readiness(
+    status: StoreStatus,
+    store_errors: u64,
+    engine: Option<&'static str>,
+) -> impl IntoResponse {
+    let (code, mut body) = match status {
         StoreStatus::Ready => (
             StatusCode::OK,
-            Json(json!({"status": "ready", "store_errors": store_errors})),
+            json!({"status": "ready", "store_errors": store_errors}),
         ),
         StoreStatus::Degraded(e) => (
             StatusCode::OK,
-            Json(json!({"status": "degraded", "store_errors": store_errors, "error": e})),
+            json!({"status": "degraded", "store_errors": store_errors, "error": e}),
         ),
         StoreStatus::Unavailable(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unavailable", "store_errors": store_errors, "error": e})),
+            json!({"status": "unavailable", "store_errors": store_errors, "error": e}),
         ),
+    };
+    if let Some(engine) = engine {
+        body["engine"] = json!(engine);
     }
+    (code, Json(body))
 }
 
 /// `GET /metrics`: the Prometheus text exposition.
 pub(crate) async fn metrics<S: Store>(State(app): State<App<S>>) -> impl IntoResponse {
+    app.metrics().set_engine(app.store().engine());
     exposition(app.metrics())
 }
 

@@ -1,0 +1,84 @@
+//! [`Cell`]: one limit on one key during a call — its algorithm and the
+//! state read from Redis — behind one object-safe interface, so that a
+//! call over several limits of different algorithms decides them in turn.
+
+use tollgate_core::algorithm::{Algorithm, Slot};
+use tollgate_core::Decision;
+
+use crate::state::Format;
+
+/// A limit and its state, decided by the core.
+pub(crate) trait Cell {
+    /// The largest cost the limit admits.
+    fn capacity(&self) -> u64;
+    /// [`Algorithm::evaluate`].
+    fn evaluate(&self, now: u64, cost: u64) -> Decision;
+    /// [`Algorithm::commit`].
+    fn commit(&mut self, now: u64, cost: u64) -> Option<u64>;
+    /// [`Algorithm::next_available`].
+    fn next_available(&self, now: u64, cost: u64) -> u64;
+    /// [`Algorithm::slot`].
+    fn slot(&self, now: u64, cost: u64) -> Option<Slot>;
+    /// [`Algorithm::book`].
+    fn book(&mut self, now: u64, slot: Slot, cost: u64);
+    /// [`Format::record`].
+    fn record(&mut self, at: u64, cost: u64) -> Option<u64>;
+    /// [`Algorithm::release`].
+    fn release(&mut self, lease: u64) -> bool;
+    /// [`Format::forgotten_at`].
+    fn forgotten_at(&self) -> u64;
+    /// Appends the state's version-1 value.
+    fn encode(&self, out: &mut Vec<u8>);
+}
+
+/// A [`Format`] with its state.
+pub(crate) struct Held<F: Format> {
+    pub(crate) format: F,
+    pub(crate) state: <F::Algorithm as Algorithm>::State,
+}
+
+impl<F: Format> Cell for Held<F> {
+    fn capacity(&self) -> u64 {
+        self.format.algorithm().capacity()
+    }
+
+    fn evaluate(&self, now: u64, cost: u64) -> Decision {
+        self.format.algorithm().evaluate(&self.state, now, cost)
+    }
+
+    fn commit(&mut self, now: u64, cost: u64) -> Option<u64> {
+        self.format.algorithm().commit(&mut self.state, now, cost)
+    }
+
+    fn next_available(&self, now: u64, cost: u64) -> u64 {
+        self.format
+            .algorithm()
+            .next_available(&self.state, now, cost)
+    }
+
+    fn slot(&self, now: u64, cost: u64) -> Option<Slot> {
+        self.format.algorithm().slot(&self.state, now, cost)
+    }
+
+    fn book(&mut self, now: u64, slot: Slot, cost: u64) {
+        self.format
+            .algorithm()
+            .book(&mut self.state, now, slot, cost);
+    }
+
+    fn record(&mut self, at: u64, cost: u64) -> Option<u64> {
+        self.format.record(&mut self.state, at, cost)
+    }
+
+    fn release(&mut self, lease: u64) -> bool {
+        self.format.algorithm().release(&mut self.state, lease)
+    }
+
+    fn forgotten_at(&self) -> u64 {
+        self.format.forgotten_at(&self.state)
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.format.encode(&self.state, out);
+    }
+}

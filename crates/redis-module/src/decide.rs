@@ -1,0 +1,238 @@
+//! The operations of one call over its cells, as the script's driver.lua
+//! runs them (and tollgate-memory's multi.rs, which it mirrors): every
+//! limit is evaluated before anything is counted, and a rejection counts
+//! nothing anywhere. Pure: the caller reads the states before and writes
+//! the ones named in the [`Outcome`] after.
+
+use std::time::Duration;
+
+use tollgate_core::Decision;
+
+use crate::cell::Cell;
+use crate::error::Error;
+use crate::text::parse_u64;
+
+/// Rounds of "latest landing over all limits" before a reservation gives
+/// up (multi.rs's `MAX_ROUNDS`).
+const MAX_ROUNDS: usize = 64;
+
+/// An operation of `TOLLGATE.DECIDE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Decide every cell; count when all admit.
+    Check,
+    /// Decide every cell, counting nothing.
+    Probe,
+    /// Book the earliest instant every cell admits.
+    Reserve,
+    /// When one cell would admit its cost.
+    Next,
+    /// Count a call already made (`stepped_window`).
+    Record,
+    /// End a `concurrency` lease.
+    Release,
+}
+
+impl Op {
+    /// The operation named `word`.
+    pub(crate) fn parse(word: &[u8]) -> Result<Op, Error> {
+        Ok(match word {
+            b"check" => Op::Check,
+            b"probe" => Op::Probe,
+            b"reserve" => Op::Reserve,
+            b"next" => Op::Next,
+            b"record" => Op::Record,
+            b"release" => Op::Release,
+            _ => return Err(Error::UnknownOperation),
+        })
+    }
+
+    /// Whether the operation takes exactly one cell.
+    pub(crate) fn single(self) -> bool {
+        matches!(self, Op::Next | Op::Record | Op::Release)
+    }
+}
+
+/// A cell and the cost the call asks of it.
+pub(crate) struct Planned {
+    pub(crate) cell: Box<dyn Cell>,
+    pub(crate) cost: u64,
+}
+
+/// One word of a reply: a number, or empty (no lease).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Word {
+    Number(u64),
+    Empty,
+}
+
+/// What a call answers and which states it changed.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// The reply: the instant used, then the operation's words.
+    pub(crate) reply: Vec<Word>,
+    /// The cells to write back, and whether without an instant (a release
+    /// deletes only a state that is as good as new at any time).
+    pub(crate) changed: Vec<(usize, bool)>,
+}
+
+/// Runs `op` at `now` over `cells`; `extra` is the reservation's max wait
+/// in ns (empty for none) or the lease to release.
+pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Result<Outcome, Error> {
+    // A recorded call was already made: it counts whatever its cost.
+    for planned in cells.iter().filter(|_| op != Op::Record) {
+        let capacity = planned.cell.capacity();
+        if planned.cost > capacity {
+            return Err(Error::CostTooLarge {
+                cost: planned.cost,
+                capacity,
+            });
+        }
+    }
+    let mut out = Outcome {
+        reply: vec![Word::Number(now)],
+        changed: Vec::new(),
+    };
+    match op {
+        Op::Check => check(now, cells, true, &mut out),
+        Op::Probe => check(now, cells, false, &mut out),
+        Op::Reserve => reserve(now, extra, cells, &mut out)?,
+        Op::Next => {
+            let c = single(cells)?;
+            let at = match c.cost {
+                0 => now,
+                cost => c.cell.next_available(now, cost),
+            };
+            out.reply.push(Word::Number(at));
+        }
+        Op::Record => {
+            let c = single(cells)?;
+            let count = c.cell.record(now, c.cost).ok_or(Error::RecordUnsupported)?;
+            out.reply.push(Word::Number(count));
+            out.changed.push((0, false));
+        }
+        Op::Release => {
+            let c = single(cells)?;
+            let held = parse_u64(extra).is_some_and(|lease| c.cell.release(lease));
+            if held {
+                out.changed.push((0, true));
+            }
+            out.reply.push(Word::Number(u64::from(held)));
+        }
+    }
+    Ok(out)
+}
+
+fn single(cells: &mut [Planned]) -> Result<&mut Planned, Error> {
+    match cells {
+        [one] => Ok(one),
+        _ => Err(Error::Usage("this operation takes exactly one limit")),
+    }
+}
+
+/// Decides every cell; counts only when `count` and every cell admits.
+fn check(now: u64, cells: &mut [Planned], count: bool, out: &mut Outcome) {
+    let mut decisions: Vec<Decision> = cells
+        .iter()
+        .map(|c| {
+            let mut d = c.cell.evaluate(now, c.cost);
+            if c.cost == 0 {
+                d.allowed = true;
+                d.retry_after = Duration::ZERO;
+                d.delay = Duration::ZERO;
+            }
+            d
+        })
+        .collect();
+    let counted = cells.first().is_some_and(|c| c.cost > 0);
+    if count && counted && decisions.iter().all(|d| d.allowed) {
+        for (i, (c, d)) in cells.iter_mut().zip(&mut decisions).enumerate() {
+            d.lease = c.cell.commit(now, c.cost);
+            out.changed.push((i, false));
+        }
+    }
+    for d in &decisions {
+        push_decision(&mut out.reply, d);
+    }
+}
+
+/// Where a reservation of `c` made at `t` lands: when its cost is
+/// admitted, or later when the algorithm queues it.
+fn landing(c: &Planned, t: u64) -> u64 {
+    let admitted = c.cell.next_available(t, c.cost);
+    match c.cell.slot(t, c.cost) {
+        Some(slot) => admitted.max(slot.at),
+        None => admitted,
+    }
+}
+
+fn reserve(now: u64, extra: &[u8], cells: &mut [Planned], out: &mut Outcome) -> Result<(), Error> {
+    if cells.iter().any(|c| c.cell.slot(now, c.cost).is_none()) {
+        return Err(Error::ReservationUnsupported);
+    }
+    let (mut wait, mut refused) = (0, None);
+    if cells.first().is_some_and(|c| c.cost > 0) {
+        let (mut at, mut converged) = (now, false);
+        for _ in 0..MAX_ROUNDS {
+            let next = cells.iter().map(|c| landing(c, at)).fold(at, u64::max);
+            if next == at {
+                converged = true;
+                break;
+            }
+            at = next;
+        }
+        let slots = cells
+            .iter()
+            .map(|c| c.cell.slot(at, c.cost).ok_or(Error::ReservationUnsupported))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shaping = slots.iter().map(|s| s.wait).max().unwrap_or(0);
+        wait = (at - now).saturating_add(shaping);
+        let limit = match extra {
+            b"" => u64::MAX,
+            word => parse_u64(word).ok_or(Error::Bad("max wait"))?,
+        };
+        if !converged || wait > limit {
+            refused = Some(wait.saturating_sub(limit).max(1));
+        } else {
+            for (i, (c, slot)) in cells.iter_mut().zip(slots).enumerate() {
+                c.cell.book(at, slot, c.cost);
+                out.changed.push((i, false));
+            }
+        }
+    }
+    out.reply.extend([
+        Word::Number(u64::from(refused.is_none())),
+        Word::Number(wait),
+        Word::Number(refused.unwrap_or(0)),
+    ]);
+    for c in cells.iter() {
+        let mut d = c.cell.evaluate(now, 0);
+        d.allowed = true;
+        d.retry_after = Duration::ZERO;
+        d.delay = Duration::ZERO;
+        if let Some(refused) = refused {
+            d.allowed = false;
+            d.retry_after = Duration::from_nanos(refused);
+        }
+        push_decision(&mut out.reply, &d);
+    }
+    Ok(())
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A decision's seven words: allowed, limit, remaining, retry after,
+/// reset after, delay (ns), lease.
+fn push_decision(reply: &mut Vec<Word>, d: &Decision) {
+    reply.extend([
+        Word::Number(u64::from(d.allowed)),
+        Word::Number(d.limit),
+        Word::Number(d.remaining),
+        Word::Number(nanos(d.retry_after)),
+        Word::Number(nanos(d.reset_after)),
+        Word::Number(nanos(d.delay)),
+        d.lease.map_or(Word::Empty, Word::Number),
+    ]);
+}

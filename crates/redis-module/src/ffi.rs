@@ -1,0 +1,155 @@
+//! The module's contact with Redis that redis-module has no safe wrapper
+//! for: a hash key opened for writing, its fields read and written by
+//! `RedisModuleString` (no copies into C strings), and its expiry read.
+//! Every `unsafe` block of the module's own code is here.
+#![allow(unsafe_code)]
+
+use std::os::raw::c_int;
+use std::ptr;
+
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
+use redis_module::RedisString;
+
+/// The Redis API function `$name`, as Redis filled it in when the module
+/// loaded (`None` on a server too old for it).
+macro_rules! api {
+    ($name:ident) => {
+        // SAFETY: Redis writes these pointers once, while loading the
+        // module, before any command runs; commands only read them.
+        unsafe { raw::$name }
+    };
+}
+
+/// What a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Nothing.
+    Empty,
+    /// A hash.
+    Hash,
+    /// Anything else.
+    Other,
+}
+
+/// A key opened for reading and writing, closed when dropped.
+pub(crate) struct Key {
+    ctx: *mut RedisModuleCtx,
+    key: *mut RedisModuleKey,
+}
+
+impl Key {
+    /// Opens `name` for reading and writing.
+    pub(crate) fn open(ctx: *mut RedisModuleCtx, name: &RedisString) -> Key {
+        let mode = raw::KeyMode::READ | raw::KeyMode::WRITE;
+        Key {
+            ctx,
+            key: raw::open_key(ctx, name.inner, mode),
+        }
+    }
+
+    /// What the key holds.
+    pub(crate) fn kind(&self) -> Kind {
+        let Some(key_type) = api!(RedisModule_KeyType) else {
+            return Kind::Other;
+        };
+        // SAFETY: `self.key` is a key this context opened and has not
+        // closed; Redis checks the pointer's type itself.
+        let kind = unsafe { key_type(self.key) };
+        match raw::KeyType::from(kind) {
+            raw::KeyType::Empty => Kind::Empty,
+            raw::KeyType::Hash => Kind::Hash,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The value of `field` in the hash (`None` when absent or the key is
+    /// empty). The caller checked that the key is a hash or empty.
+    pub(crate) fn hash_get(&self, field: &RedisString) -> Option<RedisString> {
+        let hash_get = api!(RedisModule_HashGet)?;
+        let mut value: *mut RedisModuleString = ptr::null_mut();
+        // SAFETY: an open hash (or empty) key, a field string Redis made,
+        // one out-pointer, and the NULL that ends the variadic list.
+        let status = unsafe {
+            hash_get(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                &mut value as *mut *mut RedisModuleString,
+                ptr::null_mut::<RedisModuleString>(),
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int || value.is_null() {
+            return None;
+        }
+        // Ours to free: the RedisString frees it when dropped.
+        Some(RedisString::from_redis_module_string(self.ctx, value))
+    }
+
+    /// Sets `field` to `value`, or deletes it when `value` is `None` (the
+    /// key goes when its last field does).
+    pub(crate) fn hash_set(&self, field: &RedisString, value: Option<&RedisString>) -> bool {
+        let Some(hash_set) = api!(RedisModule_HashSet) else {
+            return false;
+        };
+        let value = value.map_or(
+            raw::REDISMODULE_HASH_DELETE as *mut RedisModuleString,
+            |v| v.inner,
+        );
+        // SAFETY: an open writable key, a field and a value (or the
+        // DELETE marker) Redis made, and the NULL that ends the list.
+        let status = unsafe {
+            hash_set(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                value,
+                ptr::null_mut::<RedisModuleString>(),
+            )
+        };
+        status != raw::REDISMODULE_ERR as c_int
+    }
+
+    /// How many fields the hash holds.
+    pub(crate) fn hash_len(&self) -> usize {
+        let Some(length) = api!(RedisModule_ValueLength) else {
+            return 0;
+        };
+        // SAFETY: an open key.
+        unsafe { length(self.key) }
+    }
+
+    /// Deletes the key.
+    pub(crate) fn delete(&self) -> bool {
+        let Some(delete) = api!(RedisModule_DeleteKey) else {
+            return false;
+        };
+        // SAFETY: an open writable key.
+        unsafe { delete(self.key) == raw::REDISMODULE_OK as c_int }
+    }
+
+    /// Milliseconds the key still lives, or `None` when it has no expiry.
+    pub(crate) fn ttl(&self) -> Option<i64> {
+        let get_expire = api!(RedisModule_GetExpire)?;
+        // SAFETY: an open key.
+        let ms = unsafe { get_expire(self.key) };
+        (ms >= 0).then_some(ms)
+    }
+
+    /// Makes the key live `ms` more milliseconds; the absolute expiry (Unix
+    /// ms) it now has, for the replicas.
+    pub(crate) fn expire_in(&self, ms: i64) -> Option<i64> {
+        if raw::set_expire(self.key, ms) != raw::Status::Ok {
+            return None;
+        }
+        let get_abs = api!(RedisModule_GetAbsExpire)?;
+        // SAFETY: an open key.
+        let at = unsafe { get_abs(self.key) };
+        (at >= 0).then_some(at)
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        raw::close_key(self.key);
+    }
+}

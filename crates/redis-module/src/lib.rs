@@ -1,0 +1,56 @@
+//! `libtollgate_redis.so`: a Redis module in which tollgate-core's own
+//! algorithms decide, one command call per decision, on the state format
+//! the store's Lua scripts share (docs/redis-state.md), so that either
+//! engine reads what the other wrote.
+//!
+//! ```text
+//! redis-server --loadmodule /path/to/libtollgate_redis.so
+//! ```
+//!
+//! # Layout
+//!
+//! - `command`: `TOLLGATE.DECIDE` and `TOLLGATE.RESET` — arguments, keys,
+//!   writes, TTLs, replication of the effects, the reply; panics caught.
+//! - `decide`: the operations over a call's limits (check, probe, reserve,
+//!   next, record, release), as the script's driver runs them.
+//! - `spec`: a limit's spec words into a core algorithm with its state.
+//! - `cell`: one limit and its state behind one interface.
+//! - `state`: the version-1 value of each algorithm, read and written.
+//! - `text`: strict decimal numbers and words.
+//! - `ffi`: the few Redis calls redis-module has no safe wrapper for.
+//! - `error`: the error replies.
+// The unit tests leave the registration out, and with it the only users of
+// the commands.
+#![cfg_attr(test, allow(dead_code))]
+
+mod cell;
+mod command;
+mod decide;
+mod error;
+mod ffi;
+mod spec;
+mod state;
+mod text;
+
+/// The module's registration with Redis: its name, its commands and their
+/// key specs. Left out of the unit tests, which run without Redis (the
+/// module's allocator is Redis's).
+#[cfg(not(test))]
+#[allow(unsafe_code, missing_docs)]
+mod entry {
+    use redis_module::redis_module;
+
+    use crate::command::{decide, reset};
+
+    redis_module! {
+        name: "tollgate",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [],
+        commands: [
+            // Keys at 1, 5, 9, …, up to the fifth argument from the end.
+            ["tollgate.decide", decide, "write deny-oom", 1, -5, 4, ""],
+            ["tollgate.reset", reset, "write", 1, 1, 1, ""],
+        ],
+    }
+}

@@ -1,0 +1,142 @@
+//! Decimal numbers and words in the bytes of arguments and stored states:
+//! strict parsing (digits only, no sign, no overflow) and formatting
+//! without `core::fmt`.
+
+/// A decimal `u64`: one or more ASCII digits that fit.
+pub(crate) fn parse_u64(word: &[u8]) -> Option<u64> {
+    if word.is_empty() {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &b in word {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    Some(value)
+}
+
+/// A decimal `u128`: one or more ASCII digits that fit.
+pub(crate) fn parse_u128(word: &[u8]) -> Option<u128> {
+    if word.is_empty() {
+        return None;
+    }
+    let mut value: u128 = 0;
+    for &b in word {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u128::from(digit))?;
+    }
+    Some(value)
+}
+
+/// Appends `v` in decimal.
+pub(crate) fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// Appends `v` in decimal.
+pub(crate) fn push_u128(out: &mut Vec<u8>, v: u128) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// Appends `v` in decimal, zero-padded to `width` digits (`v` has at most
+/// that many).
+pub(crate) fn push_padded(out: &mut Vec<u8>, v: u128, width: usize) {
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(v).as_bytes();
+    out.resize(out.len() + width.saturating_sub(digits.len()), b'0');
+    out.extend_from_slice(digits);
+}
+
+/// The number of decimal digits of `v`.
+pub(crate) fn digits(v: u128) -> usize {
+    itoa::Buffer::new().format(v).len()
+}
+
+/// The words of a text separated by runs of ASCII whitespace, as the
+/// script's `words` splits a spec or a state.
+pub(crate) fn words(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    text.split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+}
+
+/// Exactly `N` whitespace-separated words, or `None`.
+pub(crate) fn exactly<const N: usize>(text: &[u8]) -> Option<[&[u8]; N]> {
+    let mut out: [&[u8]; N] = [&[]; N];
+    let mut all = words(text);
+    for slot in &mut out {
+        *slot = all.next()?;
+    }
+    all.next().is_none().then_some(out)
+}
+
+/// The first `count` words of `text`, each ended by one space, and what
+/// follows the last one's space (or nothing when the text ends there):
+/// the head of a packed-rows state, whose body may be empty.
+pub(crate) fn fields(text: &[u8], count: usize) -> Option<(Vec<&[u8]>, &[u8])> {
+    let mut out = Vec::with_capacity(count);
+    let mut rest = text;
+    for i in 0..count {
+        match rest.iter().position(|&b| b == b' ') {
+            Some(space) => {
+                out.push(&rest[..space]);
+                rest = &rest[space + 1..];
+            }
+            None if i + 1 == count => {
+                out.push(rest);
+                rest = &[];
+            }
+            None => return None,
+        }
+    }
+    Some((out, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_digits_that_fit() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"007"), Some(7));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"18446744073709551616",
+            b"-1",
+            b"+1",
+            b"1 ",
+            b"1x",
+        ] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_u128(b"18446744073709551616"), Some(1 << 64));
+        assert_eq!(parse_u128(&[b'9'; 40]), None);
+        let mut out = Vec::new();
+        push_padded(&mut out, 42, 5);
+        push_u64(&mut out, 7);
+        push_u128(&mut out, 0);
+        assert_eq!(out, b"0004270");
+        assert_eq!((digits(0), digits(9), digits(10)), (1, 1, 2));
+    }
+
+    #[test]
+    fn words_and_fields() {
+        assert_eq!(exactly::<2>(b" 1  2 "), Some([&b"1"[..], b"2"]));
+        assert_eq!(exactly::<2>(b"1 2 3"), None);
+        assert_eq!(exactly::<2>(b"1"), None);
+        let (head, body) = fields(b"1 2 body", 2).unwrap();
+        assert_eq!((head, body), (vec![&b"1"[..], b"2"], &b"body"[..]));
+        let (head, body) = fields(b"1 2 ", 2).unwrap();
+        assert_eq!((head, body), (vec![&b"1"[..], b"2"], &b""[..]));
+        let (head, body) = fields(b"1 2", 2).unwrap();
+        assert_eq!((head, body), (vec![&b"1"[..], b"2"], &b""[..]));
+        assert!(fields(b"1", 2).is_none());
+    }
+}

@@ -1,0 +1,265 @@
+//! The store's engines on real servers: `auto` picks the module where it
+//! is loaded and the script where it is not; `module` refuses a server
+//! without it, naming the problem; the same keys decided alternately by the
+//! module and the script give the memory store's decisions; and thousands
+//! of hostile calls to the module's command each answer an error or a
+//! decision, with the server still answering afterwards.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use tollgate_core::{AlgorithmName, Limit, LimitKey, Moment, Rate, Store};
+use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+use tollgate_redis::{Engine, Running};
+use tollgate_testkit::RedisServer;
+
+mod support;
+use support::engines::store;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn auto_picks_the_module_where_it_is_loaded_and_the_script_elsewhere() {
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let with = RedisServer::start_with_module();
+    let without = RedisServer::start();
+    let limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(2).unwrap());
+    let request = [LimitKey {
+        limit: &limit,
+        key: b"k",
+    }];
+    runtime.block_on(async {
+        let on_module = store(&with, "auto:", Engine::Auto);
+        assert_eq!(on_module.running_engine(), None, "not looked yet");
+        assert!(on_module.check(&request, Moment::Now, 1).await.unwrap()[0].allowed);
+        assert_eq!(on_module.running_engine(), Some(Running::Module));
+        assert_eq!(on_module.engine(), Some("module"));
+        let counted = with.command("INFO commandstats").unwrap();
+        assert!(
+            counted.contains("cmdstat_tollgate.decide:calls=1,"),
+            "{counted}"
+        );
+
+        let on_script = store(&without, "auto:", Engine::Auto);
+        assert!(on_script.check(&request, Moment::Now, 1).await.unwrap()[0].allowed);
+        assert_eq!(on_script.running_engine(), Some(Running::Lua));
+        let forced = store(&with, "lua:", Engine::Lua);
+        assert_eq!(forced.probe_engine().await.unwrap(), Running::Lua);
+
+        // Forced onto the module, a server without it is refused clearly.
+        let refused = store(&without, "module:", Engine::Module);
+        let error = refused.probe_engine().await.unwrap_err().to_string();
+        assert!(
+            error.contains("module") && error.contains("not loaded"),
+            "{error}"
+        );
+        let error = refused.check(&request, Moment::Now, 1).await.unwrap_err();
+        assert!(error.is_outage(), "{error}");
+        assert!(matches!(
+            refused.status().await,
+            tollgate_core::StoreStatus::Unavailable(_)
+        ));
+    });
+}
+
+#[test]
+fn keys_decided_alternately_by_the_module_and_the_script_decide_as_in_memory() {
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let server = RedisServer::start_with_module();
+    let lua = store(&server, "mixed:", Engine::Lua);
+    let module = store(&server, "mixed:", Engine::Module);
+    let memory = LocalStore::system(MemoryStore::new(MemoryConfig::default()));
+    let s = Duration::from_secs;
+    let limits: Vec<Limit> = AlgorithmName::ALL
+        .iter()
+        .map(|&a| Limit::new(a, Rate::new(5, s(10)).unwrap()))
+        .chain([
+            Limit::new(AlgorithmName::SteppedWindow, Rate::new(4, s(4)).unwrap()).with_step(s(1)),
+            Limit::new(AlgorithmName::TokenBucket, "1000003/w".parse().unwrap()),
+        ])
+        .collect();
+    const START: u64 = 1_763_000_000_000_000_000;
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let steps = proptest::collection::vec(
+        (0usize..limits.len(), 0u64..3_000_000_000, 0u64..4, 0u8..4),
+        1..60,
+    );
+    let case = std::cell::Cell::new(0u32);
+    runner
+        .run(&steps, |steps| {
+            case.set(case.get() + 1);
+            let key = format!("key{}", case.get());
+            let mut now = START;
+            for (i, &(l, advance, cost, op)) in steps.iter().enumerate() {
+                now += advance;
+                let engine: &tollgate_redis::RedisStore = if i % 2 == 0 { &lua } else { &module };
+                let request = LimitKey {
+                    limit: &limits[l],
+                    key: key.as_bytes(),
+                };
+                let at = Moment::At(now);
+                let (expected, got) = runtime.block_on(async {
+                    match op {
+                        0 | 1 => (
+                            format!("{:?}", memory.check(&[request], at, cost).await),
+                            format!("{:?}", engine.check(&[request], at, cost).await),
+                        ),
+                        2 => (
+                            format!("{:?}", memory.reserve(&[request], at, cost, None).await),
+                            format!("{:?}", engine.reserve(&[request], at, cost, None).await),
+                        ),
+                        _ => (
+                            format!("{:?}", memory.next_available(request, at, cost).await),
+                            format!("{:?}", engine.next_available(request, at, cost).await),
+                        ),
+                    }
+                });
+                prop_assert_eq!(expected, got, "step {} on {}", i, limits[l]);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Sends one command as RESP and returns the first chunk of the reply.
+fn call(port: u16, args: &[Vec<u8>]) -> Vec<u8> {
+    let mut request = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        request.extend_from_slice(arg);
+        request.extend_from_slice(b"\r\n");
+    }
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(&request).unwrap();
+    let mut reply = vec![0; 1 << 16];
+    let n = stream.read(&mut reply).expect("the server answers");
+    reply.truncate(n);
+    reply
+}
+
+fn word() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"".to_vec()),
+        Just(b"check".to_vec()),
+        Just(b"reserve".to_vec()),
+        Just(b"release".to_vec()),
+        Just(b"record".to_vec()),
+        Just(b"next".to_vec()),
+        Just(b"probe".to_vec()),
+        Just(b"gcra 1 100000000 10".to_vec()),
+        Just(b"token_bucket 1 100000000 10 narrow".to_vec()),
+        Just(b"sliding_window_log 3 1000000000".to_vec()),
+        Just(b"stepped_window 3 4000000000 1000000000".to_vec()),
+        Just(b"concurrency 3 1000000".to_vec()),
+        Just(b"fixed_window 18446744073709551615 0".to_vec()),
+        Just(b"gcra 6 4 1".to_vec()),
+        Just(b"18446744073709551615".to_vec()),
+        Just(b"99999999999999999999999".to_vec()),
+        Just(b"-1".to_vec()),
+        Just(b"k".to_vec()),
+        Just(b"f".to_vec()),
+        Just(b"f\0g".to_vec()),
+        (0u64..u64::MAX).prop_map(|n| n.to_string().into_bytes()),
+        proptest::collection::vec(any::<u8>(), 0..40),
+    ]
+}
+
+#[test]
+fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
+    let server = RedisServer::start_with_module();
+    // Garbage states of every shape under the fields the calls name.
+    let garbage: [&[u8]; 6] = [
+        b"x",
+        b"1 2 3 4 5 6 7 8 9",
+        b"0 1 0 99 0 1 0 1 123",
+        b"0 5 5 41|\xff\xff\xff\x00\x00\x01",
+        b"340282366920938463463374607431768211455",
+        b"5 ",
+    ];
+    for (i, value) in garbage.iter().enumerate() {
+        let mut args = vec![b"HSET".to_vec(), b"k".to_vec(), b"f".to_vec()];
+        args.push(value.to_vec());
+        call(server.port(), &args);
+        let mut other = vec![
+            b"HSET".to_vec(),
+            format!("g{i}").into_bytes(),
+            b"f".to_vec(),
+        ];
+        other.push(value.to_vec());
+        call(server.port(), &other);
+    }
+    call(
+        server.port(),
+        &[b"SET".to_vec(), b"s".to_vec(), b"v".to_vec()],
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 3000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let argv = proptest::collection::vec(word(), 0..14);
+    runner
+        .run(&argv, |words| {
+            let mut args = vec![b"TOLLGATE.DECIDE".to_vec()];
+            args.extend(words);
+            let reply = call(server.port(), &args);
+            prop_assert!(
+                reply.starts_with(b"-") || reply.starts_with(b"*"),
+                "{:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            Ok(())
+        })
+        .unwrap();
+    assert!(server.answers(), "PING after the hostile calls");
+    // A well-formed call on a garbage state is refused, and the state kept.
+    let reply = call(
+        server.port(),
+        &[
+            b"TOLLGATE.DECIDE".to_vec(),
+            b"g0".to_vec(),
+            b"f".to_vec(),
+            b"gcra 1 100000000 10".to_vec(),
+            b"1".to_vec(),
+            b"check".to_vec(),
+            b"".to_vec(),
+            b"1000".to_vec(),
+            b"".to_vec(),
+        ],
+    );
+    assert!(reply.starts_with(b"-ERR tollgate: a state is not format version 1"));
+    assert_eq!(server.command("HGET g0 f").unwrap(), "$1\r\nx\r\n");
+    let wrong = call(
+        server.port(),
+        &[
+            b"TOLLGATE.DECIDE".to_vec(),
+            b"s".to_vec(),
+            b"f".to_vec(),
+            b"gcra 1 100000000 10".to_vec(),
+            b"1".to_vec(),
+            b"check".to_vec(),
+            b"".to_vec(),
+            b"1000".to_vec(),
+            b"".to_vec(),
+        ],
+    );
+    assert!(wrong.starts_with(b"-WRONGTYPE"), "{wrong:?}");
+}
