@@ -9,6 +9,10 @@
 //! limiters, not the clocks; the `clock` group measures each side's real
 //! clock separately.
 //!
+//! A fifth group runs the 131,072 keys through a store capped well below
+//! what they need (`131k_keys_at_cap`), so that most checks insert and the
+//! store evicts all along: the cost of eviction per check.
+//!
 //! Run: `cargo bench -p tollgate-memory --bench keyed_check`, or
 //! `scripts/bench-keyed` for the ratio tables of docs/benchmarks.md.
 
@@ -34,6 +38,11 @@ const PER_SECOND: u32 = 10_000_000;
 /// division that would weigh on both sides alike.
 const KEY_SETS: [(&str, usize); 2] = [("hot_key", 1), ("131k_keys", 1 << 17)];
 const THREADS: [usize; 2] = [1, 2];
+/// The at-cap scenario: the 131,072 keys through a store capped at 2 MiB,
+/// which holds a fraction of them, so most checks insert a key and the
+/// store evicts all along (governor, uncapped, is the baseline).
+const AT_CAP_KEYS: usize = 1 << 17;
+const AT_CAP_BYTES: usize = 2 << 20;
 /// Both sides' time advances 1 ms every 64 checks: a hot key sees 64,000
 /// checks per simulated second, and each of the 131,072 keys about one every
 /// two seconds, so a sliding log holds what a real one would rather than
@@ -92,13 +101,14 @@ fn tollgate(
     algorithm: AlgorithmName,
     keys: &[String],
     threads: usize,
+    config: MemoryConfig,
 ) {
     let rate = Rate::per_second(u64::from(PER_SECOND)).unwrap();
     let mut limit = Limit::new(algorithm, rate);
     if algorithm == AlgorithmName::Concurrency {
         limit = limit.with_lease_ttl(Duration::from_millis(1));
     }
-    let store = MemoryStore::new(MemoryConfig::default());
+    let store = MemoryStore::new(config);
     let limiter = store.limiter(&limit).unwrap();
     let now = AtomicU64::new(START_NS);
     for k in keys {
@@ -127,11 +137,29 @@ fn scenarios(c: &mut Criterion) {
             group.throughput(Throughput::Elements(1));
             governor(&mut group, &keys, threads);
             for algorithm in AlgorithmName::ALL {
-                tollgate(&mut group, algorithm, &keys, threads);
+                tollgate(
+                    &mut group,
+                    algorithm,
+                    &keys,
+                    threads,
+                    MemoryConfig::default(),
+                );
             }
             group.finish();
         }
     }
+    let keys = keys(AT_CAP_KEYS);
+    let at_cap = MemoryConfig {
+        max_bytes: AT_CAP_BYTES,
+        ..MemoryConfig::default()
+    };
+    let mut group = c.benchmark_group("131k_keys_at_cap_1_threads");
+    group.throughput(Throughput::Elements(1));
+    governor(&mut group, &keys, 1);
+    for algorithm in AlgorithmName::ALL {
+        tollgate(&mut group, algorithm, &keys, 1, at_cap);
+    }
+    group.finish();
 }
 
 fn clocks(c: &mut Criterion) {

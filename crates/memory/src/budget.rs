@@ -3,15 +3,19 @@
 //!
 //! Shards reserve bytes before they allocate (table growth) and charge bytes
 //! after a state's heap changed; the budget itself never evicts anything —
-//! the shard that could not reserve decides what to drop.
+//! the shard that could not reserve decides what to drop. It also counts
+//! the new states a shard could not store (see `shard.rs`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes accounted against a cap.
 #[derive(Debug)]
 pub(crate) struct Budget {
     used: AtomicUsize,
     max: usize,
+    /// New states not stored because the budget was full and every state
+    /// their shard could have evicted was refusing.
+    unstored: AtomicU64,
 }
 
 impl Budget {
@@ -20,12 +24,24 @@ impl Budget {
         Budget {
             used: AtomicUsize::new(0),
             max,
+            unstored: AtomicU64::new(0),
         }
     }
 
     /// Bytes accounted now.
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// Counts a new state that was not stored (see the field).
+    pub(crate) fn count_unstored(&self) {
+        self.unstored.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// New states not stored so far because only refusing states could
+    /// have made room.
+    pub(crate) fn unstored(&self) -> u64 {
+        self.unstored.load(Ordering::Relaxed)
     }
 
     /// Accounts `bytes` if they fit under the cap; `false` (and nothing

@@ -43,18 +43,33 @@
 //! accounted against [`MemoryConfig::max_bytes`]; the registry of limits
 //! itself is small and not counted. A shard reserves its next allocation
 //! from the budget before its table grows. When the budget is full, the
-//! shard first drops its expired states; if none had expired, it **evicts the
-//! eighth of its states with the earliest `expires_at`** — the keys closest to
-//! forgetting their limit anyway — and inserts without growing. An evicted
-//! key starts fresh: the cap trades accuracy for bounded memory under a
-//! flood of unique keys. When a state's own heap outgrows what is left, other
-//! keys of its shard are evicted the same way; if the key is alone, it is
-//! forgotten itself.
+//! shard first drops its expired states; if none had expired, it **evicts
+//! the eighth of its states that owe least**: each state's
+//! [`Debt`](tollgate_core::algorithm::Debt) at that instant (how many
+//! unit-cost requests a fresh state would admit that it would refuse, and
+//! whether it is refusing), so a state as good as fresh goes first and a
+//! state that is refusing requests goes **never while any state that is
+//! not refusing can go**: forgetting a throttled key would let it through,
+//! and a flood of new keys would turn the cap into a way to reset one's own
+//! limit. When every state of the shard is refusing, the new key is decided
+//! as usual (as a fresh state) but **not stored**, and
+//! [`MemoryStore::unstored`] counts it: under such a flood, new keys are
+//! not remembered until states expire, while every throttled key stays
+//! throttled. An evicted key starts fresh. When a state's own heap outgrows
+//! what is left, other keys of its shard are evicted the same way (refusing
+//! ones too, least indebted first, only when that state is refusing
+//! itself); if none can go, the growth is charged past the cap while the
+//! shard's states hold at most 1 KiB of heap (as a shard may always grow to
+//! 16 buckets, below), and beyond that the key is forgotten itself: a limit
+//! that needs more memory than the cap gives cannot be held. Eviction works
+//! within the shard whose table is full: keys are spread over shards by a
+//! secret hash, so a client cannot aim a flood at one shard.
 //!
 //! Every shard may always grow to 16 buckets (14 keys), so a new limit works
-//! even under a full budget; [`MemoryStore::memory_used`] may exceed the cap
-//! by at most that much per shard. While a table grows, the old and the new
-//! allocation briefly coexist, and eviction sorts a shard's expiry times in a
+//! even under a full budget, and its states may always hold 1 KiB of heap;
+//! [`MemoryStore::memory_used`] may exceed the cap by at most that much per
+//! shard. While a table grows, the old and the new
+//! allocation briefly coexist, and eviction ranks a shard's states in a
 //! scratch buffer, so the real peak can pass the cap by about one shard's
 //! table.
 //!
@@ -77,7 +92,7 @@
 //! - `footprint`: what a hash table of a given size allocates.
 //! - `keyed`: what the store needs to know about each algorithm.
 //! - `shard`: one shard's table, lookups, inserts and accounting.
-//! - `evict`: expiry, eviction and shrinking within a shard.
+//! - `evict`: expiry, eviction by debt and shrinking within a shard.
 //! - `table`: a limit's sharded table behind an object-safe trait.
 //! - `limiter`: [`Limiter`], single-key operations.
 //! - `registry`: limits to tables.

@@ -20,6 +20,14 @@ use crate::keyed::Keyed;
 /// allocation. Each round drops at least one entry (usually an eighth).
 pub(crate) const RELIEF_ROUNDS: usize = 64;
 
+/// Heap bytes a shard's states may always hold, cap or no cap, when nothing
+/// else in the shard can be evicted: as every shard may grow to 16 buckets,
+/// so that a new limit works under a full budget, its states may grow a
+/// little (a sliding log of about 60 entries), so that a key alone in its
+/// shard is not forgotten (and freed) each time it grows while the cap is
+/// spent by other limits. The store may pass its cap by this much a shard.
+pub(crate) const SHARD_HEAP_FLOOR: usize = 1024;
+
 /// One key: its fingerprint and its state; nothing else (expiry comes from
 /// [`Algorithm::expires_at`](tollgate_core::Algorithm::expires_at)). The
 /// zero-sized `line` field aligns the entry as [`Keyed::Line`] asks, so that
@@ -76,6 +84,8 @@ pub(crate) struct Shard<A: Keyed> {
     pub(crate) table: HashTable<Entry<A>>,
     /// The table's allocation as accounted in the budget.
     pub(crate) table_bytes: usize,
+    /// The heap its states own, as accounted in the budget.
+    pub(crate) heap_bytes: usize,
 }
 
 impl<A: Keyed> Default for Shard<A> {
@@ -83,6 +93,7 @@ impl<A: Keyed> Default for Shard<A> {
         Shard {
             table: HashTable::new(),
             table_bytes: 0,
+            heap_bytes: 0,
         }
     }
 }
@@ -137,7 +148,7 @@ impl<A: Keyed> Shard<A> {
         let mut state = cx.alg.new_state();
         let (result, changed) = f(&mut state);
         if changed {
-            self.insert(cx, fp, state, now);
+            let _ = self.insert(cx, fp, state, now);
         }
         result
     }
@@ -169,7 +180,7 @@ impl<A: Keyed> Shard<A> {
             self.settle_heap(cx, fp, before, now);
         }
         if let Some(state) = fresh {
-            self.insert(cx, fp, state, now);
+            let _ = self.insert(cx, fp, state, now);
         }
         decision
     }
@@ -179,7 +190,7 @@ impl<A: Keyed> Shard<A> {
     /// full.
     pub(crate) fn restore(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, state: A::State, now: u64) {
         if self.get(fp).is_none() {
-            self.insert(cx, fp, state, now);
+            let _ = self.insert(cx, fp, state, now);
         }
     }
 
@@ -188,19 +199,29 @@ impl<A: Keyed> Shard<A> {
         match self.table.find_entry(fp.table_hash(), |e| e.fp == fp) {
             Ok(entry) => {
                 let (entry, _) = entry.remove();
-                cx.budget.release(cx.alg.heap_bytes(&entry.state));
+                let heap = cx.alg.heap_bytes(&entry.state);
+                cx.budget.release(heap);
+                self.heap_bytes = self.heap_bytes.saturating_sub(heap);
                 true
             }
             Err(_) => false,
         }
     }
 
-    fn insert(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, state: A::State, now: u64) {
-        self.make_slot(cx, now);
+    /// Stores a new key's state, making room first. When the budget is full
+    /// and every state of the shard is refusing, the state is not stored
+    /// (the key's decision stands, but it is not remembered) and the store's
+    /// count of such states goes up; `false` then.
+    fn insert(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, state: A::State, now: u64) -> bool {
+        if !self.make_slot(cx, now) {
+            cx.budget.count_unstored();
+            return false;
+        }
         self.table
             .insert_unique(fp.table_hash(), Entry::new(fp, state), Entry::hash);
         self.reconcile(cx.budget);
         self.settle_heap(cx, fp, 0, now);
+        true
     }
 
     /// The bucket count inserting one more key would grow the table to, or
@@ -222,11 +243,13 @@ impl<A: Keyed> Shard<A> {
 
     /// Ensures the next insert does not allocate more than the budget
     /// allows: grows the table if the budget has room (or the table is below
-    /// the guaranteed minimum), otherwise drops expired states or evicts.
-    fn make_slot(&mut self, cx: Ctx<'_, A>, now: u64) {
+    /// the guaranteed minimum), otherwise drops expired states or evicts
+    /// states that are not refusing. `false` when there is no room and
+    /// every state left is refusing.
+    fn make_slot(&mut self, cx: Ctx<'_, A>, now: u64) -> bool {
         for _ in 0..RELIEF_ROUNDS {
             let Some(buckets) = self.growth_needed() else {
-                return;
+                return true;
             };
             let extra = table_bytes::<Entry<A>>(buckets).saturating_sub(self.table_bytes);
             let granted = if buckets <= MIN_BUCKETS {
@@ -239,12 +262,15 @@ impl<A: Keyed> Shard<A> {
                 self.table_bytes += extra;
                 self.table.reserve(1, Entry::hash);
                 self.reconcile(cx.budget);
-                return;
+                return true;
             }
-            if !self.relieve(cx, now, None) {
-                return;
+            if !self.relieve(cx, now) {
+                return false;
             }
         }
+        // Every round freed something without making room (states that
+        // left tombstones): the insert may rehash in place or grow.
+        true
     }
 
     /// Brings the accounted table bytes in line with the table's allocation.
@@ -259,27 +285,39 @@ impl<A: Keyed> Shard<A> {
     }
 
     /// Accounts the change of `fp`'s heap from `before`. When the growth does
-    /// not fit, other keys of this shard are dropped or evicted; when nothing
-    /// else is left, `fp` itself is forgotten (and starts fresh).
+    /// not fit, other keys of this shard are dropped or evicted (refusing
+    /// ones only when `fp`'s state is refusing too); when nothing else can
+    /// go, the growth is charged past the cap while the shard's heap stays
+    /// within [`SHARD_HEAP_FLOOR`], and beyond it `fp` itself is forgotten
+    /// (and starts fresh: a limit that needs more memory than the cap gives
+    /// cannot be held).
     fn settle_heap(&mut self, cx: Ctx<'_, A>, fp: Fingerprint, before: usize, now: u64) {
         let after = self.get(fp).map_or(0, |state| cx.alg.heap_bytes(state));
         if after <= before {
             cx.budget.release(before - after);
+            self.heap_bytes = self.heap_bytes.saturating_sub(before - after);
             return;
         }
         let extra = after - before;
         for _ in 0..RELIEF_ROUNDS {
             if cx.budget.try_reserve(extra) {
+                self.heap_bytes += extra;
                 return;
             }
-            if !self.relieve(cx, now, Some(fp)) {
+            if !self.relieve_for(cx, now, fp) {
                 break;
             }
+        }
+        if self.heap_bytes + extra <= SHARD_HEAP_FLOOR {
+            cx.budget.charge(extra);
+            self.heap_bytes += extra;
+            return;
         }
         if let Ok(entry) = self.table.find_entry(fp.table_hash(), |e| e.fp == fp) {
             entry.remove();
         }
         cx.budget.release(before);
+        self.heap_bytes = self.heap_bytes.saturating_sub(before);
     }
 }
 

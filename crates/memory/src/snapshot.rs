@@ -18,11 +18,14 @@
 //! [`StateCodec`](tollgate_core::algorithm::StateCodec) form. Keys are stored
 //! only as fingerprints, which is why the seed travels with them: a snapshot
 //! is as secret as the seed. States already expired when the snapshot is
-//! taken, or when it is loaded, are left out.
+//! taken, or when it is loaded, are left out. A snapshot larger than the
+//! cap is put back most indebted state first, so that the cap leaves out
+//! what forgetting costs least.
 //!
 //! This module owns the byte form; writing it to disk (atomically) is the
 //! caller's job.
 
+use std::collections::BinaryHeap;
 use std::hash::Hasher;
 use std::time::Duration;
 
@@ -155,7 +158,10 @@ impl MemoryStore {
 
     /// A store holding what `bytes` (from [`snapshot`](Self::snapshot))
     /// saved, under the saved seed, leaving out states expired at `now`.
-    /// States beyond `config.max_bytes` are evicted as usual.
+    /// When the states do not all fit in `config.max_bytes`, the most
+    /// indebted of all tables are put back first and the rest is evicted
+    /// as usual: states that are not refusing go first, the least indebted
+    /// first, and a refusing state is left out only when no other can go.
     pub fn from_snapshot(
         config: MemoryConfig,
         bytes: &[u8],
@@ -187,6 +193,10 @@ impl MemoryStore {
         let tables = input
             .len(usize::MAX)
             .ok_or(malformed(0, "truncated header"))?;
+        // First every table's header and entries are read (the entries
+        // staged and dropped, so that bad bytes change nothing), then the
+        // states of all tables are put back, the most indebted first.
+        let mut tables_read = Vec::new();
         for table in 0..tables {
             let limit = decode_limit(&mut input).ok_or(malformed(table, "invalid limit"))?;
             let limiter = store
@@ -195,13 +205,37 @@ impl MemoryStore {
             let count = input
                 .u64()
                 .ok_or(malformed(table, "truncated entry count"))?;
+            let entries = input.clone();
             limiter
                 .table()
-                .restore(&mut input, count, fp_bytes, now)
+                .stage(&mut input, count, fp_bytes, now)
                 .ok_or(malformed(table, "invalid entry"))?;
+            tables_read.push((limiter, entries, count));
         }
         if !input.rest().is_empty() {
             return Err(malformed(tables, "trailing bytes"));
+        }
+        let mut staged = Vec::with_capacity(tables_read.len());
+        for (table, (limiter, entries, count)) in tables_read.iter().enumerate() {
+            let states = limiter
+                .table()
+                .stage(&mut entries.clone(), *count, fp_bytes, now)
+                .ok_or(malformed(table, "invalid entry"))?;
+            staged.push(states);
+        }
+        let mut next: BinaryHeap<(u64, usize)> = staged
+            .iter()
+            .enumerate()
+            .filter_map(|(i, states)| Some((states.next_rank()?, i)))
+            .collect();
+        while let Some((_, i)) = next.pop() {
+            let Some(states) = staged.get_mut(i) else {
+                continue;
+            };
+            states.restore_next();
+            if let Some(rank) = states.next_rank() {
+                next.push((rank, i));
+            }
         }
         Ok(store)
     }

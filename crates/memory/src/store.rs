@@ -117,6 +117,14 @@ impl MemoryStore {
         self.inner.budget.used()
     }
 
+    /// How many new keys' states were not stored so far because the cap was
+    /// reached and every state their shard could have evicted was refusing
+    /// requests: those keys were decided as fresh and are not remembered
+    /// (see the crate docs).
+    pub fn unstored(&self) -> u64 {
+        self.inner.budget.unstored()
+    }
+
     /// Keys held across all tables. Locks each shard in turn.
     pub fn len(&self) -> usize {
         let tables = self.inner.registry.read().tables().to_vec();

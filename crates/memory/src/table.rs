@@ -60,9 +60,49 @@ pub(crate) trait ErasedTable: Send + Sync {
     fn dump(&self, now: u64, out: &mut Vec<u8>) -> u64;
     /// Reads `count` entries written by [`dump`](Self::dump) (with
     /// fingerprints of `fp_bytes` bytes, of which the first 8 count) and
-    /// puts back those not expired at `now`; `None` when the bytes are not
-    /// valid entries for this table's algorithm.
-    fn restore(&self, input: &mut Reader<'_>, count: u64, fp_bytes: usize, now: u64) -> Option<()>;
+    /// stages those not expired at `now` to be put back, most indebted
+    /// first; `None` when the bytes are not valid entries for this table's
+    /// algorithm.
+    fn stage(
+        &self,
+        input: &mut Reader<'_>,
+        count: u64,
+        fp_bytes: usize,
+        now: u64,
+    ) -> Option<Box<dyn Staged + '_>>;
+}
+
+/// A table's saved states, read and ranked, waiting to be put back. A
+/// snapshot loader puts back the most indebted state of all tables first,
+/// so that when the snapshot is larger than the cap, what is left out is
+/// what forgetting costs least (see the crate docs).
+pub(crate) trait Staged {
+    /// The [`Debt::rank`](tollgate_core::algorithm::Debt::rank) of the next
+    /// state to put back (the most indebted left); `None` when none is left.
+    fn next_rank(&self) -> Option<u64>;
+    /// Puts back the next state, unless its key is already held; evicts as
+    /// any insert does.
+    fn restore_next(&mut self);
+}
+
+/// The staged states of a [`Table`], ordered by rank, the last one next.
+struct StagedStates<'a, A: Keyed> {
+    table: &'a Table<A>,
+    now: u64,
+    states: Vec<(u64, Fingerprint, A::State)>,
+}
+
+impl<A: Keyed> Staged for StagedStates<'_, A> {
+    fn next_rank(&self) -> Option<u64> {
+        self.states.last().map(|&(rank, _, _)| rank)
+    }
+
+    fn restore_next(&mut self) {
+        if let Some((_, fp, state)) = self.states.pop() {
+            let table = self.table;
+            table.shard_for(fp).restore(table.cx(), fp, state, self.now);
+        }
+    }
 }
 
 /// A locked shard, for evaluating and committing several limits together.
@@ -245,16 +285,30 @@ impl<A: Keyed> ErasedTable for Table<A> {
         count
     }
 
-    fn restore(&self, input: &mut Reader<'_>, count: u64, fp_bytes: usize, now: u64) -> Option<()> {
+    fn stage(
+        &self,
+        input: &mut Reader<'_>,
+        count: u64,
+        fp_bytes: usize,
+        now: u64,
+    ) -> Option<Box<dyn Staged + '_>> {
+        // Not preallocated from `count`, which the file controls; the
+        // states grow with the bytes actually read.
+        let mut states = Vec::new();
         for _ in 0..count {
             let bytes = input.take(fp_bytes.max(8))?;
             let fp = Fingerprint::from_bytes(bytes.get(..8)?.try_into().ok()?);
             let state = self.alg.decode_state(input)?;
             if self.alg.expires_at(&state) > now {
-                self.shard_for(fp).restore(self.cx(), fp, state, now);
+                states.push((self.alg.debt(&state, now).rank(), fp, state));
             }
         }
-        Some(())
+        states.sort_unstable_by_key(|&(rank, _, _)| rank);
+        Some(Box::new(StagedStates {
+            table: self,
+            now,
+            states,
+        }))
     }
 }
 

@@ -82,6 +82,8 @@ mod tests {
         ));
         let metrics = Arc::new(Metrics::new());
         metrics.set_memory_used(1234);
+        metrics.set_memory_unstored(7);
+        metrics.set_memory_unstored(5);
         let router = admin_router(store, metrics);
         assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
         let (status, body) = get(&router, "/readyz").await;
@@ -91,6 +93,10 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert!(
             body.contains("tollgate_memory_store_used_bytes 1234"),
+            "{body}"
+        );
+        assert!(
+            body.contains("tollgate_memory_store_unstored_total 7\n"),
             "{body}"
         );
         assert_eq!(get(&router, "/v1/check").await.0, StatusCode::NOT_FOUND);

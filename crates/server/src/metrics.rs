@@ -93,6 +93,7 @@ pub struct Metrics {
     snapshot_loads: Family<ResultLabels, Counter>,
     store_errors: Counter,
     memory_used: Gauge,
+    memory_unstored: Counter,
     redis_engine: Family<EngineLabels, Gauge>,
     detailed: Mutex<HashSet<String>>,
     /// Handles onto each (domain, rule)'s counters, so counting a decision
@@ -198,6 +199,7 @@ impl Metrics {
             snapshot_loads: Family::default(),
             store_errors: Counter::default(),
             memory_used: Gauge::default(),
+            memory_unstored: Counter::default(),
             redis_engine: Family::default(),
             detailed: Mutex::new(HashSet::new()),
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
@@ -262,6 +264,11 @@ impl Metrics {
             "memory_store_used_bytes",
             "Bytes held by the memory store (its cap bounds this)",
             metrics.memory_used.clone(),
+        );
+        registry.register(
+            "memory_store_unstored",
+            "New keys decided without being stored: the memory store was at its cap and every state it could have evicted was refusing requests",
+            metrics.memory_unstored.clone(),
         );
         let routes = DECISION_ROUTES
             .iter()
@@ -390,6 +397,15 @@ impl Metrics {
     pub fn set_memory_used(&self, bytes: usize) {
         self.memory_used
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Brings `tollgate_memory_store_unstored_total` up to `total`, the
+    /// memory store's own count so far (a counter: it never goes down).
+    pub fn set_memory_unstored(&self, total: u64) {
+        let counted = self.memory_unstored.get();
+        if total > counted {
+            self.memory_unstored.inc_by(total - counted);
+        }
     }
 
     /// Sets `tollgate_redis_engine` to 1 for `engine` and 0 for the other

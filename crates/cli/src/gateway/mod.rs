@@ -62,7 +62,10 @@ async fn serve(config: GatewayConfig, proxy: Proxy, rules: RuleSet) -> Result<()
     let metrics = Arc::new(Metrics::new());
     let gauge = {
         let metrics = Arc::clone(&metrics);
-        move |used| metrics.set_memory_used(used)
+        move |used, unstored| {
+            metrics.set_memory_used(used);
+            metrics.set_memory_unstored(unstored);
+        }
     };
     match config.store.choice.clone() {
         StoreChoice::Memory => {

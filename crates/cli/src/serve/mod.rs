@@ -210,8 +210,11 @@ async fn save_snapshot(app: &App<LocalStore>, path: &std::path::Path) {
     }
 }
 
-/// Reports a memory store's use to `app`'s gauge.
-fn gauge<S: Store>(app: &App<S>) -> impl Fn(usize) + Send + 'static {
+/// Reports a memory store's use and unstored keys to `app`'s metrics.
+fn gauge<S: Store>(app: &App<S>) -> impl Fn(usize, u64) + Send + 'static {
     let app = app.clone();
-    move |used| app.metrics().set_memory_used(used)
+    move |used, unstored| {
+        app.metrics().set_memory_used(used);
+        app.metrics().set_memory_unstored(unstored);
+    }
 }

@@ -84,15 +84,19 @@ pub async fn shared(
 }
 
 /// Sweeps the expired keys of `store` a few shards at a time and reports
-/// its memory use to `report` (the metrics gauge), until aborted.
-pub fn housekeeping(store: LocalStore, report: impl Fn(usize) + Send + 'static) -> JoinHandle<()> {
+/// its memory use and its count of unstored keys to `report` (the metrics),
+/// until aborted.
+pub fn housekeeping(
+    store: LocalStore,
+    report: impl Fn(usize, u64) + Send + 'static,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tick.tick().await;
             store.memory().sweep(store.sweep_horizon(), 64);
-            report(store.memory().memory_used());
+            report(store.memory().memory_used(), store.memory().unstored());
         }
     })
 }

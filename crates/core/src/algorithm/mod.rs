@@ -14,6 +14,7 @@
 mod bucket;
 pub mod codec;
 mod concurrency;
+mod debt;
 mod divisor;
 mod fixed_window;
 mod gcra;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use codec::StateCodec;
 pub use concurrency::{Concurrency, ConcurrencyState};
+pub use debt::Debt;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
@@ -92,6 +94,21 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The instant from which the state is equivalent to
     /// [`new_state`](Self::new_state) and can be forgotten.
     fn expires_at(&self, state: &Self::State) -> u64;
+
+    /// What `state` holds against its key at `now`: how many unit-cost
+    /// requests a fresh state would admit right now that this one would
+    /// refuse (0 for a state that admits as much as a fresh one), and
+    /// whether it is refusing a request of cost 1 right now. A bounded store
+    /// forgets the least indebted states first and a refusing one last
+    /// ([`Debt`]'s order): forgetting a state hands its key a fresh one.
+    ///
+    /// Read off the decision for cost 0 (its `remaining`) against
+    /// [`limit`](Self::limit), what a fresh state has remaining; property
+    /// tests hold every algorithm to both halves of the definition.
+    #[inline]
+    fn debt(&self, state: &Self::State, now: u64) -> Debt {
+        Debt::from_remaining(self.limit(), self.evaluate(state, now, 0).remaining)
+    }
 
     /// Heap bytes the state owns beyond its own size.
     fn heap_bytes(&self, _state: &Self::State) -> usize {
