@@ -1,11 +1,16 @@
 //! [`Cell`]: one limit on one key during a call — its algorithm and the
 //! state read from Redis — behind one object-safe interface, so that a
-//! call over several limits of different algorithms decides them in turn.
+//! call over several limits of different algorithms decides them in turn;
+//! [`AnyCell`] holds any of them in place (no allocation per limit).
 
-use tollgate_core::algorithm::{Algorithm, Slot};
+use std::ops::{Deref, DerefMut};
+
+use tollgate_core::algorithm::{Algorithm, Narrow, Slot, Wide};
 use tollgate_core::Decision;
 
-use crate::state::Format;
+use crate::state::{
+    CounterFormat, FixedFormat, Format, GcraFormat, LeakyFormat, Leases, Log, Steps, TokenFormat,
+};
 
 /// A limit and its state, decided by the core.
 pub(crate) trait Cell {
@@ -80,5 +85,49 @@ impl<F: Format> Cell for Held<F> {
 
     fn encode(&self, out: &mut Vec<u8>) {
         self.format.encode(&self.state, out);
+    }
+}
+
+/// A cell of any algorithm, held by value.
+pub(crate) enum AnyCell {
+    Gcra(Held<GcraFormat>),
+    TokenNarrow(Held<TokenFormat<Narrow>>),
+    TokenWide(Held<TokenFormat<Wide>>),
+    Leaky(Held<LeakyFormat>),
+    Fixed(Held<FixedFormat>),
+    Counter(Held<CounterFormat>),
+    Log(Held<Log>),
+    Steps(Held<Steps>),
+    Leases(Held<Leases>),
+}
+
+/// `$body` with `$cell` bound to the held cell, whatever its algorithm.
+macro_rules! each {
+    ($any:expr, $cell:ident => $body:expr) => {
+        match $any {
+            AnyCell::Gcra($cell) => $body,
+            AnyCell::TokenNarrow($cell) => $body,
+            AnyCell::TokenWide($cell) => $body,
+            AnyCell::Leaky($cell) => $body,
+            AnyCell::Fixed($cell) => $body,
+            AnyCell::Counter($cell) => $body,
+            AnyCell::Log($cell) => $body,
+            AnyCell::Steps($cell) => $body,
+            AnyCell::Leases($cell) => $body,
+        }
+    };
+}
+
+impl Deref for AnyCell {
+    type Target = dyn Cell;
+
+    fn deref(&self) -> &(dyn Cell + 'static) {
+        each!(self, cell => cell)
+    }
+}
+
+impl DerefMut for AnyCell {
+    fn deref_mut(&mut self) -> &mut (dyn Cell + 'static) {
+        each!(self, cell => cell)
     }
 }

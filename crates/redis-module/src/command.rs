@@ -13,23 +13,52 @@
 //! in ns (empty: the server's clock), the TTL grace in ms, and the
 //! reservation's max wait in ns or the lease to release (empty when none).
 //! Keys sit at positions 1, 5, 9, … so that Redis Cluster and its clients
-//! find them (key spec first 1, last −5, step 4). The reply is the
-//! script's: the instant used, then the operation's words, as bulk strings.
+//! find them (key spec first 1, last −5, step 4). The reply holds the
+//! script's words — the instant used, then the operation's words — in one
+//! bulk string, separated by single spaces (one reply instead of one per
+//! word: a quarter of a decision's cost in Redis went to replying).
 //!
 //! A replica or an AOF gets the effects — `HSET`, `HDEL`, `PEXPIREAT` — not
-//! the command: it could decide otherwise on its own clock.
+//! the command: it could decide otherwise on its own clock. They are
+//! replicated straight from the argument strings; the key's TTL is only
+//! pushed out (and its `PEXPIREAT` replicated) when it runs short, so a
+//! decision usually replicates one `HSET`.
 
-use std::os::raw::c_long;
+use std::cell::RefCell;
+use std::ffi::CString;
+use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
+use redis_module::RedisString;
+use smallvec::SmallVec;
 
 use crate::decide::{self, Op, Outcome, Planned, Word};
 use crate::error::Error;
-use crate::ffi::{Key, Kind};
+use crate::ffi::{self, Arg, Key, Kind};
 use crate::spec;
-use crate::text::{parse_u64, push_u64};
+use crate::text::parse_u64;
+
+thread_local! {
+    /// Bytes of a value or a reply being written, reused by every call:
+    /// commands run one at a time on Redis's main thread, and an
+    /// allocation is a fair part of a decision's cost.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `write` on the emptied scratch bytes; a buffer grown past 64 KiB (a
+/// long log's value) is let go afterwards.
+fn with_scratch<T>(write: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+    SCRATCH.with_borrow_mut(|bytes| {
+        bytes.clear();
+        let result = write(bytes);
+        if bytes.capacity() > 1 << 16 {
+            *bytes = Vec::new();
+        }
+        result
+    })
+}
 
 /// The longest hash field accepted (the store's are a few dozen bytes).
 const MAX_FIELD: usize = 512;
@@ -38,18 +67,28 @@ const MAX_FIELD: usize = 512;
 const MAX_GRACE_MS: u64 = 365 * 24 * 3_600_000;
 
 /// `TOLLGATE.DECIDE`: never panics into Redis, whatever the arguments.
-pub(crate) fn decide(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(|| run(ctx, &args))
+pub(crate) extern "C" fn decide(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let args = ffi::args(argv, argc);
+    guarded(ctx, || run(ctx, args))
 }
 
 /// `TOLLGATE.RESET key`: deletes the key's hash; answers how many limits
 /// it held (what the store's `reset` returns).
-pub(crate) fn reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guarded(|| {
-        let [_, name] = args.as_slice() else {
+pub(crate) extern "C" fn reset(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let args = ffi::args(argv, argc);
+    guarded(ctx, || {
+        let [_, name] = args else {
             return Err(Error::Usage("TOLLGATE.RESET key"));
         };
-        let key = Key::open(ctx.ctx, name);
+        let key = Key::open(ctx, name);
         let held = match key.kind() {
             Kind::Empty => 0,
             Kind::Hash => key.hash_len(),
@@ -57,19 +96,27 @@ pub(crate) fn reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         };
         if held > 0 {
             key.delete();
-            ctx.replicate("DEL", &[name][..]);
+            ffi::replicate(ctx, c"DEL", &[name.inner()]);
         }
-        Ok(RedisValue::Integer(i64::try_from(held).unwrap_or(i64::MAX)))
+        ffi::reply_integer(ctx, i64::try_from(held).unwrap_or(i64::MAX));
+        Ok(())
     })
 }
 
-/// `body`'s answer; an error reply when it fails or panics.
-fn guarded(body: impl FnOnce() -> Result<RedisValue, Error>) -> RedisResult {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(RedisError::String(error.to_string())),
-        Err(_) => Err(RedisError::String(Error::Internal.to_string())),
+/// Runs `body`, which replies when it succeeds; replies the error when it
+/// fails or panics.
+fn guarded(ctx: *mut RedisModuleCtx, body: impl FnOnce() -> Result<(), Error>) -> c_int {
+    let error = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return raw::REDISMODULE_OK as c_int,
+        Ok(Err(error)) => error,
+        Err(_) => Error::Internal,
+    };
+    // The messages hold no NUL (fixed texts and numbers).
+    match CString::new(error.to_string()) {
+        Ok(message) => ffi::reply_error(ctx, &message),
+        Err(_) => ffi::reply_error(ctx, c"ERR tollgate: internal error"),
     }
+    raw::REDISMODULE_OK as c_int
 }
 
 /// The server's clock, in ns since the Unix epoch, at the microsecond
@@ -87,27 +134,28 @@ fn server_now() -> u64 {
 struct Place<'a> {
     /// Index of the cell's key among the call's distinct keys.
     key: usize,
-    field: &'a RedisString,
+    field: &'a Arg,
 }
 
-fn run(ctx: &Context, args: &[RedisString]) -> Result<RedisValue, Error> {
+fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     const USAGE: &str =
         "TOLLGATE.DECIDE key field spec cost [key field spec cost ...] op at grace_ms extra";
     if args.len() < 5 || !(args.len() - 5).is_multiple_of(4) {
         return Err(Error::Usage(USAGE));
     }
     let tail = &args[args.len() - 4..];
-    let op = Op::parse(tail[0].as_slice())?;
-    let now = match tail[1].as_slice() {
+    let op = Op::parse(tail[0].bytes())?;
+    let now = match tail[1].bytes() {
         b"" => server_now(),
         at => parse_u64(at).ok_or(Error::Bad("instant"))?,
     };
-    let grace_ms = parse_u64(tail[2].as_slice())
+    let grace_ms = parse_u64(tail[2].bytes())
         .filter(|&g| g <= MAX_GRACE_MS)
         .ok_or(Error::Bad("TTL grace"))?;
-    let extra = tail[3].as_slice();
-    let limits: Vec<&[RedisString]> = args[1..args.len() - 4].chunks_exact(4).collect();
-    if op.single() && limits.len() != 1 {
+    let extra = tail[3].bytes();
+    let limits = args[1..args.len() - 4].chunks_exact(4);
+    let count = limits.len();
+    if op.single() && count != 1 {
         return Err(Error::Usage(
             "next, record and release take exactly one limit",
         ));
@@ -115,36 +163,35 @@ fn run(ctx: &Context, args: &[RedisString]) -> Result<RedisValue, Error> {
 
     // Each distinct key opened once: two handles on one key would each
     // believe what they read when opened.
-    let mut names: Vec<&RedisString> = Vec::with_capacity(limits.len());
-    let mut keys: Vec<Key> = Vec::with_capacity(limits.len());
-    let mut places = Vec::with_capacity(limits.len());
-    let mut cells = Vec::with_capacity(limits.len());
-    for limit in &limits {
+    let mut keys: SmallVec<[(&Arg, Key); 4]> = SmallVec::with_capacity(count);
+    let mut places: SmallVec<[Place<'_>; 4]> = SmallVec::with_capacity(count);
+    let mut cells: SmallVec<[Planned; 2]> = SmallVec::with_capacity(count);
+    for limit in limits {
         let [name, field, spec, cost] = limit else {
             return Err(Error::Usage(USAGE));
         };
-        let field_bytes = field.as_slice();
+        let field_bytes = field.bytes();
         if field_bytes.is_empty()
             || field_bytes.len() > MAX_FIELD
             || !field_bytes.iter().all(|b| (0x20..0x7f).contains(b))
         {
             return Err(Error::Bad("field (printable ASCII, at most 512 bytes)"));
         }
-        let cost = parse_u64(cost.as_slice()).ok_or(Error::Bad("cost"))?;
-        let key = match names.iter().position(|n| n.as_slice() == name.as_slice()) {
+        let cost = parse_u64(cost.bytes()).ok_or(Error::Bad("cost"))?;
+        let name_bytes = name.bytes();
+        let key = match keys.iter().position(|(n, _)| n.bytes() == name_bytes) {
             Some(i) => i,
             None => {
-                let key = Key::open(ctx.ctx, name);
+                let key = Key::open(ctx, name);
                 if key.kind() == Kind::Other {
                     return Err(Error::WrongType);
                 }
-                names.push(name);
-                keys.push(key);
+                keys.push((name, key));
                 keys.len() - 1
             }
         };
-        let stored = keys[key].hash_get(field);
-        let cell = spec::cell(spec.as_slice(), stored.as_ref().map(|s| s.as_slice()))?;
+        let stored = keys[key].1.hash_get(field);
+        let cell = spec::cell(spec.bytes(), stored.as_ref().map(|s| s.as_slice()))?;
         cells.push(Planned { cell, cost });
         places.push(Place { key, field });
     }
@@ -152,68 +199,79 @@ fn run(ctx: &Context, args: &[RedisString]) -> Result<RedisValue, Error> {
     let outcome = decide::run(op, now, extra, &mut cells)?;
     for &(i, timeless) in &outcome.changed {
         let place = &places[i];
+        let (name, key) = &keys[place.key];
         let write = Write {
             ctx,
-            name: names[place.key],
-            key: &keys[place.key],
+            name,
+            key,
             field: place.field,
         };
         write.store(&*cells[i].cell, now, grace_ms, timeless);
     }
     reply(ctx, &outcome);
-    Ok(RedisValue::NoReply)
+    Ok(())
 }
 
 /// Where one changed state goes.
 struct Write<'a> {
-    ctx: &'a Context,
-    name: &'a RedisString,
+    ctx: *mut RedisModuleCtx,
+    name: &'a Arg,
     key: &'a Key,
-    field: &'a RedisString,
+    field: &'a Arg,
 }
 
 impl Write<'_> {
     /// Writes the cell's state back, with a TTL that outlives its expiry,
     /// or deletes it when it is as good as new (at any time, for a
-    /// `timeless` release); replicates what it did. As driver.lua `store`.
+    /// `timeless` release); replicates what it did. As driver.lua `store`:
+    /// a key that lives less than the state's time plus the grace gets
+    /// that time plus twice the grace, so that most writes leave the TTL
+    /// as it is (docs/redis-state.md).
     fn store(&self, cell: &dyn crate::cell::Cell, now: u64, grace_ms: u64, timeless: bool) {
+        let (ctx, name, field) = (self.ctx, self.name.inner(), self.field.inner());
         let expires = cell.forgotten_at();
         if expires <= if timeless { 0 } else { now } {
             self.key.hash_set(self.field, None);
-            self.ctx.replicate("HDEL", &[self.name, self.field][..]);
+            ffi::replicate(ctx, c"HDEL", &[name, field]);
             return;
         }
-        let mut value = Vec::with_capacity(64);
-        cell.encode(&mut value);
-        let value = RedisString::create_from_slice(self.ctx.ctx, &value);
+        let value = with_scratch(|bytes| {
+            cell.encode(bytes);
+            RedisString::create_from_slice(ctx, bytes)
+        });
         self.key.hash_set(self.field, Some(&value));
-        self.ctx
-            .replicate("HSET", &[self.name, self.field, &value][..]);
+        ffi::replicate(ctx, c"HSET", &[name, field, value.inner]);
         let ttl = (expires.saturating_sub(now))
             .div_ceil(1_000_000)
             .saturating_add(grace_ms)
             .max(1);
-        let ttl = i64::try_from(ttl).unwrap_or(i64::MAX / 2);
+        let ttl = i64::try_from(ttl).unwrap_or(i64::MAX / 4);
         if self.key.ttl().is_none_or(|current| current < ttl) {
-            if let Some(at) = self.key.expire_in(ttl) {
-                let mut digits = Vec::with_capacity(20);
-                push_u64(&mut digits, u64::try_from(at).unwrap_or_default());
-                let at = RedisString::create_from_slice(self.ctx.ctx, &digits);
-                self.ctx.replicate("PEXPIREAT", &[self.name, &at][..]);
+            let grace = i64::try_from(grace_ms).unwrap_or_default();
+            if let Some(at) = self.key.expire_in(ttl.saturating_add(grace)) {
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(u64::try_from(at).unwrap_or_default());
+                let at = RedisString::create_from_slice(ctx, digits.as_bytes());
+                ffi::replicate(ctx, c"PEXPIREAT", &[name, at.inner]);
             }
         }
     }
 }
 
-/// Writes the reply: an array of bulk strings, numbers in decimal.
-fn reply(ctx: &Context, outcome: &Outcome) {
-    raw::reply_with_array(ctx.ctx, outcome.reply.len() as c_long);
-    let mut buffer = itoa::Buffer::new();
-    for word in &outcome.reply {
-        let text: &[u8] = match word {
-            Word::Number(n) => buffer.format(*n).as_bytes(),
-            Word::Empty => b"",
-        };
-        raw::reply_with_string_buffer(ctx.ctx, text.as_ptr().cast(), text.len());
-    }
+/// Writes the reply: one bulk string, the words in decimal separated by
+/// one space (an empty word, a missing lease, is nothing between two
+/// spaces or after the last).
+fn reply(ctx: *mut RedisModuleCtx, outcome: &Outcome) {
+    with_scratch(|text| {
+        let mut buffer = itoa::Buffer::new();
+        for (i, word) in outcome.reply.iter().enumerate() {
+            if i > 0 {
+                text.push(b' ');
+            }
+            if let Word::Number(n) = word {
+                text.extend_from_slice(buffer.format(*n).as_bytes());
+            }
+        }
+        ffi::reply_bulk(ctx, text);
+    });
 }

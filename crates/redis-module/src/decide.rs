@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use tollgate_core::Decision;
 
-use crate::cell::Cell;
+use crate::cell::AnyCell;
 use crate::error::Error;
 use crate::text::parse_u64;
 
@@ -55,7 +57,7 @@ impl Op {
 
 /// A cell and the cost the call asks of it.
 pub(crate) struct Planned {
-    pub(crate) cell: Box<dyn Cell>,
+    pub(crate) cell: AnyCell,
     pub(crate) cost: u64,
 }
 
@@ -66,14 +68,18 @@ pub(crate) enum Word {
     Empty,
 }
 
+/// Words and cells of a call, held in place up to a few limits (a call
+/// usually has one).
+pub(crate) type Words = SmallVec<[Word; 16]>;
+
 /// What a call answers and which states it changed.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
     /// The reply: the instant used, then the operation's words.
-    pub(crate) reply: Vec<Word>,
+    pub(crate) reply: Words,
     /// The cells to write back, and whether without an instant (a release
     /// deletes only a state that is as good as new at any time).
-    pub(crate) changed: Vec<(usize, bool)>,
+    pub(crate) changed: SmallVec<[(usize, bool); 4]>,
 }
 
 /// Runs `op` at `now` over `cells`; `extra` is the reservation's max wait
@@ -90,8 +96,8 @@ pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Resu
         }
     }
     let mut out = Outcome {
-        reply: vec![Word::Number(now)],
-        changed: Vec::new(),
+        reply: smallvec::smallvec![Word::Number(now)],
+        changed: SmallVec::new(),
     };
     match op {
         Op::Check => check(now, cells, true, &mut out),
@@ -132,7 +138,7 @@ fn single(cells: &mut [Planned]) -> Result<&mut Planned, Error> {
 
 /// Decides every cell; counts only when `count` and every cell admits.
 fn check(now: u64, cells: &mut [Planned], count: bool, out: &mut Outcome) {
-    let mut decisions: Vec<Decision> = cells
+    let mut decisions: SmallVec<[Decision; 4]> = cells
         .iter()
         .map(|c| {
             let mut d = c.cell.evaluate(now, c.cost);
@@ -225,7 +231,7 @@ fn nanos(d: Duration) -> u64 {
 
 /// A decision's seven words: allowed, limit, remaining, retry after,
 /// reset after, delay (ns), lease.
-fn push_decision(reply: &mut Vec<Word>, d: &Decision) {
+fn push_decision(reply: &mut Words, d: &Decision) {
     reply.extend([
         Word::Number(u64::from(d.allowed)),
         Word::Number(d.limit),

@@ -1,11 +1,16 @@
-//! The module's contact with Redis that redis-module has no safe wrapper
-//! for: a hash key opened for writing, its fields read and written by
-//! `RedisModuleString` (no copies into C strings), and its expiry read.
-//! Every `unsafe` block of the module's own code is here.
+//! The module's contact with Redis through the C API directly, where
+//! redis-module's safe wrappers cost a decision more than it needs: the
+//! commands registered with a handler that reads Redis's own argument
+//! vector (no retained copy of each argument), a hash key opened for
+//! writing, its fields read and written by `RedisModuleString` (no copies
+//! into C strings), its expiry read and set, effects replicated from the
+//! strings at hand (no C string or vector built per call), and replies
+//! written. Every `unsafe` block of the module's own code is here.
 #![allow(unsafe_code)]
 
-use std::os::raw::c_int;
-use std::ptr;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+use std::{ptr, slice};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleKey, RedisModuleString};
 use redis_module::RedisString;
@@ -18,6 +23,125 @@ macro_rules! api {
         // module, before any command runs; commands only read them.
         unsafe { raw::$name }
     };
+}
+
+/// A command handler as Redis calls it.
+pub(crate) type Handler =
+    extern "C" fn(*mut RedisModuleCtx, *mut *mut RedisModuleString, c_int) -> c_int;
+
+/// Registers the command `name` (keys at `first`, `first + step`, …,
+/// `last` counted from the end when negative); whether Redis took it.
+pub(crate) fn create_command(
+    ctx: *mut RedisModuleCtx,
+    name: &CStr,
+    handler: Handler,
+    flags: &CStr,
+    (first, last, step): (c_int, c_int, c_int),
+) -> bool {
+    let Some(create) = api!(RedisModule_CreateCommand) else {
+        return false;
+    };
+    // SAFETY: the loading context, NUL-terminated strings that outlive the
+    // call (Redis copies them), and a handler that never unwinds.
+    let status = unsafe {
+        create(
+            ctx,
+            name.as_ptr(),
+            Some(handler),
+            flags.as_ptr(),
+            first,
+            last,
+            step,
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// One argument of the running command: a string Redis owns and keeps for
+/// the whole call.
+#[repr(transparent)]
+pub(crate) struct Arg(*mut RedisModuleString);
+
+impl Arg {
+    /// The argument's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        let Some(ptr_len) = api!(RedisModule_StringPtrLen) else {
+            return &[];
+        };
+        let mut len = 0;
+        // SAFETY: a string of the running call's argument vector, which
+        // Redis neither frees nor changes before the handler returns.
+        unsafe {
+            let bytes = ptr_len(self.0, &mut len);
+            if bytes.is_null() {
+                return &[];
+            }
+            slice::from_raw_parts(bytes.cast::<u8>(), len)
+        }
+    }
+
+    /// The string, for Redis calls that take it.
+    pub(crate) fn inner(&self) -> *mut RedisModuleString {
+        self.0
+    }
+}
+
+/// The arguments Redis passed to a command handler, the command's name
+/// first.
+pub(crate) fn args<'a>(argv: *mut *mut RedisModuleString, argc: c_int) -> &'a [Arg] {
+    let Ok(len) = usize::try_from(argc) else {
+        return &[];
+    };
+    if argv.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis passes `argc` valid strings at `argv` for the whole
+    // call; `Arg` is a transparent wrapper of the pointer.
+    unsafe { slice::from_raw_parts(argv.cast::<Arg>(), len) }
+}
+
+/// Replicates `command` with `args` to the replicas and the AOF (nothing
+/// when there are neither).
+pub(crate) fn replicate(ctx: *mut RedisModuleCtx, command: &CStr, args: &[*mut RedisModuleString]) {
+    let Some(replicate) = api!(RedisModule_Replicate) else {
+        return;
+    };
+    // SAFETY: format `v` takes a vector of `RedisModuleString`s and its
+    // length, which Redis copies (it retains the strings it keeps).
+    unsafe {
+        replicate(
+            ctx,
+            command.as_ptr(),
+            c"v".as_ptr(),
+            args.as_ptr(),
+            args.len(),
+        );
+    }
+}
+
+/// Answers one bulk string.
+pub(crate) fn reply_bulk(ctx: *mut RedisModuleCtx, bytes: &[u8]) {
+    if let Some(reply) = api!(RedisModule_ReplyWithStringBuffer) {
+        // SAFETY: the running command's context and a buffer Redis copies.
+        unsafe { reply(ctx, bytes.as_ptr().cast::<c_char>(), bytes.len()) };
+    }
+}
+
+/// Answers an error; `message` starts with its code (`ERR`, `WRONGTYPE`).
+pub(crate) fn reply_error(ctx: *mut RedisModuleCtx, message: &CStr) {
+    if let Some(reply) = api!(RedisModule_ReplyWithError) {
+        // SAFETY: the running command's context and a NUL-terminated
+        // string Redis copies.
+        unsafe { reply(ctx, message.as_ptr()) };
+    }
+}
+
+/// Answers an integer.
+pub(crate) fn reply_integer(ctx: *mut RedisModuleCtx, value: i64) {
+    if let Some(reply) = api!(RedisModule_ReplyWithLongLong) {
+        // SAFETY: the running command's context.
+        unsafe { reply(ctx, value) };
+    }
 }
 
 /// What a key holds.
@@ -39,11 +163,11 @@ pub(crate) struct Key {
 
 impl Key {
     /// Opens `name` for reading and writing.
-    pub(crate) fn open(ctx: *mut RedisModuleCtx, name: &RedisString) -> Key {
+    pub(crate) fn open(ctx: *mut RedisModuleCtx, name: &Arg) -> Key {
         let mode = raw::KeyMode::READ | raw::KeyMode::WRITE;
         Key {
             ctx,
-            key: raw::open_key(ctx, name.inner, mode),
+            key: raw::open_key(ctx, name.inner(), mode),
         }
     }
 
@@ -64,7 +188,7 @@ impl Key {
 
     /// The value of `field` in the hash (`None` when absent or the key is
     /// empty). The caller checked that the key is a hash or empty.
-    pub(crate) fn hash_get(&self, field: &RedisString) -> Option<RedisString> {
+    pub(crate) fn hash_get(&self, field: &Arg) -> Option<RedisString> {
         let hash_get = api!(RedisModule_HashGet)?;
         let mut value: *mut RedisModuleString = ptr::null_mut();
         // SAFETY: an open hash (or empty) key, a field string Redis made,
@@ -73,7 +197,7 @@ impl Key {
             hash_get(
                 self.key,
                 raw::REDISMODULE_HASH_NONE as c_int,
-                field.inner,
+                field.inner(),
                 &mut value as *mut *mut RedisModuleString,
                 ptr::null_mut::<RedisModuleString>(),
             )
@@ -87,7 +211,7 @@ impl Key {
 
     /// Sets `field` to `value`, or deletes it when `value` is `None` (the
     /// key goes when its last field does).
-    pub(crate) fn hash_set(&self, field: &RedisString, value: Option<&RedisString>) -> bool {
+    pub(crate) fn hash_set(&self, field: &Arg, value: Option<&RedisString>) -> bool {
         let Some(hash_set) = api!(RedisModule_HashSet) else {
             return false;
         };
@@ -101,7 +225,7 @@ impl Key {
             hash_set(
                 self.key,
                 raw::REDISMODULE_HASH_NONE as c_int,
-                field.inner,
+                field.inner(),
                 value,
                 ptr::null_mut::<RedisModuleString>(),
             )

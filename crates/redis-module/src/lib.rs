@@ -17,7 +17,7 @@
 //! - `cell`: one limit and its state behind one interface.
 //! - `state`: the version-1 value of each algorithm, read and written.
 //! - `text`: strict decimal numbers and words.
-//! - `ffi`: the few Redis calls redis-module has no safe wrapper for.
+//! - `ffi`: the Redis C API where the module calls it directly.
 //! - `error`: the error replies.
 // The unit tests leave the registration out, and with it the only users of
 // the commands.
@@ -32,25 +32,41 @@ mod spec;
 mod state;
 mod text;
 
-/// The module's registration with Redis: its name, its commands and their
-/// key specs. Left out of the unit tests, which run without Redis (the
-/// module's allocator is Redis's).
+/// The module's registration with Redis: its name and its commands with
+/// their key specs. The commands are registered through the C API (see
+/// `ffi`) so that their handlers read Redis's argument vector as it is.
+/// Left out of the unit tests, which run without Redis (the module's
+/// allocator is Redis's).
 #[cfg(not(test))]
 #[allow(unsafe_code, missing_docs)]
 mod entry {
-    use redis_module::redis_module;
+    use redis_module::{redis_module, Context, RedisString, Status};
 
     use crate::command::{decide, reset};
+    use crate::ffi::create_command;
+
+    fn register(ctx: &Context, _args: &[RedisString]) -> Status {
+        // Keys at 1, 5, 9, …, up to the fifth argument from the end.
+        let decide = create_command(
+            ctx.ctx,
+            c"tollgate.decide",
+            decide,
+            c"write deny-oom",
+            (1, -5, 4),
+        );
+        let reset = create_command(ctx.ctx, c"tollgate.reset", reset, c"write", (1, 1, 1));
+        if decide && reset {
+            Status::Ok
+        } else {
+            Status::Err
+        }
+    }
 
     redis_module! {
         name: "tollgate",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [],
-        commands: [
-            // Keys at 1, 5, 9, …, up to the fifth argument from the end.
-            ["tollgate.decide", decide, "write deny-oom", 1, -5, 4, ""],
-            ["tollgate.reset", reset, "write", 1, 1, 1, ""],
-        ],
+        init: register,
     }
 }

@@ -1,6 +1,6 @@
 //! A limit's spec as the store sends it (the words the script's algorithms
 //! parse, `crates/redis/src/cells.rs` `spec`) into the core algorithm,
-//! with the state read from its stored value: a [`Cell`].
+//! with the state read from its stored value: an [`AnyCell`].
 //!
 //! The bucket algorithms' `n p` come divided by their greatest common
 //! divisor and name the units of the stored state, so a spec whose `n` and
@@ -16,7 +16,7 @@ use tollgate_core::algorithm::{
 use tollgate_core::time::NANOS_PER_MS;
 use tollgate_core::Rate;
 
-use crate::cell::{Cell, Held};
+use crate::cell::{AnyCell, Held};
 use crate::error::Error;
 use crate::state::{
     CounterFormat, FixedFormat, Format, GcraFormat, LeakyFormat, Leases, Log, Steps, TokenFormat,
@@ -24,7 +24,7 @@ use crate::state::{
 use crate::text::{parse_u64, words};
 
 /// The cell of `spec` holding `stored` (`None`: a state nothing touched).
-pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<Box<dyn Cell>, Error> {
+pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<AnyCell, Error> {
     let mut w = words(spec);
     let name = w.next().ok_or(Error::Bad("spec"))?;
     let mut number = |what| w.next().and_then(parse_u64).ok_or(Error::Bad(what));
@@ -35,6 +35,7 @@ pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<Box<dyn Cell>, 
                 GcraFormat(Gcra::new(rate, burst).map_err(bad_spec)?),
                 stored,
             )
+            .map(AnyCell::Gcra)
         }
         b"leaky_bucket" => {
             let (rate, burst) = (bucket_rate(number("n")?, number("p")?)?, number("burst")?);
@@ -42,29 +43,34 @@ pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<Box<dyn Cell>, 
                 LeakyFormat(LeakyBucket::new(rate, burst).map_err(bad_spec)?),
                 stored,
             )
+            .map(AnyCell::Leaky)
         }
         b"token_bucket" => {
             let (n, p) = (number("n")?, number("p")?);
             let (rate, burst) = (bucket_rate(n, p)?, number("burst")?);
             let capacity = u128::from(burst) * u128::from(p);
             match w.next() {
-                Some(b"narrow") => held(token::<Narrow>(rate, burst, capacity)?, stored),
-                Some(b"wide") => held(token::<Wide>(rate, burst, capacity)?, stored),
+                Some(b"narrow") => {
+                    held(token::<Narrow>(rate, burst, capacity)?, stored).map(AnyCell::TokenNarrow)
+                }
+                Some(b"wide") => {
+                    held(token::<Wide>(rate, burst, capacity)?, stored).map(AnyCell::TokenWide)
+                }
                 _ => Err(Error::Bad("token storage")),
             }
         }
         b"fixed_window" => {
             let rate = window_rate(number("n")?, number("p")?)?;
-            held(FixedFormat(FixedWindow::new(rate)), stored)
+            held(FixedFormat(FixedWindow::new(rate)), stored).map(AnyCell::Fixed)
         }
         b"sliding_window_counter" => {
             let rate = window_rate(number("n")?, number("p")?)?;
-            held(CounterFormat(SlidingWindowCounter::new(rate)), stored)
+            held(CounterFormat(SlidingWindowCounter::new(rate)), stored).map(AnyCell::Counter)
         }
         b"sliding_window_log" => {
             let (n, p) = (number("n")?, number("p")?);
             let log = SlidingWindowLog::new(window_rate(n, p)?);
-            held(Log::new(log, n, p), stored)
+            held(Log::new(log, n, p), stored).map(AnyCell::Log)
         }
         b"stepped_window" => {
             let (n, p, step) = (number("n")?, number("p")?, number("step")?);
@@ -80,13 +86,14 @@ pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<Box<dyn Cell>, 
                 },
                 stored,
             )
+            .map(AnyCell::Steps)
         }
         b"concurrency" => {
             let (n, ttl) = (number("n")?, number("lease ttl")?);
             let concurrency = Concurrency::new(n, Duration::from_nanos(ttl)).map_err(bad_spec)?;
             let span = u128::from(ttl) * 4;
             let room = [span, span, u128::from(n)];
-            held(Leases { concurrency, room }, stored)
+            held(Leases { concurrency, room }, stored).map(AnyCell::Leases)
         }
         _ => Err(Error::UnknownAlgorithm),
     }
@@ -97,7 +104,7 @@ fn bad_spec<E>(_: E) -> Error {
 }
 
 /// The cell of `format` with its state read from `stored`.
-fn held<F: Format + 'static>(format: F, stored: Option<&[u8]>) -> Result<Box<dyn Cell>, Error> {
+fn held<F: Format>(format: F, stored: Option<&[u8]>) -> Result<Held<F>, Error> {
     let state = match stored {
         None => format.algorithm().new_state(),
         Some(value) => {
@@ -107,7 +114,7 @@ fn held<F: Format + 'static>(format: F, stored: Option<&[u8]>) -> Result<Box<dyn
             format.decode(value).ok_or(Error::BadState)?
         }
     };
-    Ok(Box::new(Held { format, state }))
+    Ok(Held { format, state })
 }
 
 fn token<S: TokenStorage>(rate: Rate, burst: u64, capacity: u128) -> Result<TokenFormat<S>, Error> {

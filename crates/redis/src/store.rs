@@ -403,15 +403,17 @@ impl RedisStore {
         };
         cmd.arg(self.inner.config.ttl_grace.as_millis().to_string())
             .arg(extra);
-        match &self.inner.connection {
-            Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+        // One bulk string: the script's words, separated by single spaces.
+        let text: String = match &self.inner.connection {
+            Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await?,
             Connection::Cluster(cluster) => {
                 let mut connection = cluster.get().await.map_err(|e| {
                     redis::RedisError::from((redis::ErrorKind::Io, "cluster", e.to_string()))
                 })?;
-                cmd.query_async(&mut connection).await
+                cmd.query_async(&mut connection).await?
             }
-        }
+        };
+        Ok(text.split(' ').map(str::to_owned).collect())
     }
 
     /// The script's `op` over `cells`.

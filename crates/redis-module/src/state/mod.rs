@@ -12,6 +12,8 @@
 mod log;
 mod packed;
 
+use std::cell::RefCell;
+
 use tollgate_core::algorithm::codec::{put_i128, put_u128, put_u64, Reader};
 use tollgate_core::algorithm::{
     Algorithm, FixedWindow, Gcra, GcraState, LeakyBucket, SlidingWindowCounter, StateCodec,
@@ -56,23 +58,52 @@ pub(crate) trait Format {
     }
 }
 
+thread_local! {
+    /// Codec bytes on their way between a value and a state, reused by
+    /// every call (commands run one at a time; each allocation goes
+    /// through Redis's allocator).
+    static CODEC: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 /// The state whose codec bytes `write` produces, checked by the core.
 fn from_codec<A: StateCodec>(
     algorithm: &A,
     write: impl FnOnce(&mut Vec<u8>) -> Option<()>,
 ) -> Option<A::State> {
-    let mut bytes = Vec::with_capacity(48);
-    write(&mut bytes)?;
-    let mut reader = Reader::new(&bytes);
-    let state = algorithm.decode_state(&mut reader)?;
-    reader.rest().is_empty().then_some(state)
+    CODEC.with_borrow_mut(|bytes| {
+        bytes.clear();
+        let state = write(bytes).and_then(|()| {
+            let mut reader = Reader::new(bytes);
+            let state = algorithm.decode_state(&mut reader)?;
+            reader.rest().is_empty().then_some(state)
+        });
+        // A long log's or lease list's bytes are not kept.
+        if bytes.capacity() > 1 << 16 {
+            *bytes = Vec::new();
+        }
+        state
+    })
 }
 
-/// The core's codec bytes of `state`.
+/// The core's codec bytes of `state`, in a vector of their own (the
+/// variable-size states: logs, lease lists, steps).
 fn to_codec<A: StateCodec>(algorithm: &A, state: &A::State) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(48);
     algorithm.encode_state(state, &mut bytes);
     bytes
+}
+
+/// `read` on the core's codec bytes of a fixed-size `state`.
+fn with_codec<A: StateCodec, T>(
+    algorithm: &A,
+    state: &A::State,
+    read: impl FnOnce(&[u8]) -> T,
+) -> T {
+    CODEC.with_borrow_mut(|bytes| {
+        bytes.clear();
+        algorithm.encode_state(state, bytes);
+        read(bytes)
+    })
 }
 
 /// Reads the `u64`s of codec bytes from `at` on.
@@ -129,10 +160,13 @@ impl<S: TokenStorage> Format for TokenFormat<S> {
     }
 
     fn encode(&self, state: &<TokenBucket<S> as Algorithm>::State, out: &mut Vec<u8>) {
-        let bytes = to_codec(&self.bucket, state);
-        let mut reader = Reader::new(&bytes);
-        let tokens = reader.i128().unwrap_or_default();
-        let last = reader.u64().unwrap_or_default();
+        let (tokens, last) = with_codec(&self.bucket, state, |bytes| {
+            let mut reader = Reader::new(bytes);
+            (
+                reader.i128().unwrap_or_default(),
+                reader.u64().unwrap_or_default(),
+            )
+        });
         // A count never exceeds the capacity, so `missing` is never negative.
         let missing = i128::try_from(self.capacity)
             .unwrap_or(i128::MAX)
@@ -164,11 +198,12 @@ impl Format for LeakyFormat {
     }
 
     fn encode(&self, state: &<LeakyBucket as Algorithm>::State, out: &mut Vec<u8>) {
-        let bytes = to_codec(&self.0, state);
-        let mut reader = Reader::new(&bytes);
-        push_u128(out, reader.u128().unwrap_or_default());
-        out.push(b' ');
-        push_u64(out, reader.u64().unwrap_or_default());
+        with_codec(&self.0, state, |bytes| {
+            let mut reader = Reader::new(bytes);
+            push_u128(out, reader.u128().unwrap_or_default());
+            out.push(b' ');
+            push_u64(out, reader.u64().unwrap_or_default());
+        });
     }
 }
 
@@ -185,13 +220,14 @@ fn decode_u64s<A: StateCodec, const N: usize>(algorithm: &A, value: &[u8]) -> Op
 }
 
 fn encode_u64s<A: StateCodec>(algorithm: &A, state: &A::State, count: usize, out: &mut Vec<u8>) {
-    let bytes = to_codec(algorithm, state);
-    for i in 0..count {
-        if i > 0 {
-            out.push(b' ');
+    with_codec(algorithm, state, |bytes| {
+        for i in 0..count {
+            if i > 0 {
+                out.push(b' ');
+            }
+            push_u64(out, codec_u64(bytes, 8 * i));
         }
-        push_u64(out, codec_u64(&bytes, 8 * i));
-    }
+    });
 }
 
 /// `fixed_window`: `window count`.

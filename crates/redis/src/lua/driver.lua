@@ -61,7 +61,9 @@ for i = 1, #KEYS do
   }
 end
 
--- Writes a cell's state back, with a TTL that outlives its expiry. A
+-- Writes a cell's state back, with a TTL that outlives its expiry by the
+-- grace: a key that lives less than that is given the grace once more on
+-- top, so that most writes leave the TTL as it is. A
 -- `timeless` operation (release: the call carries no instant, and like the
 -- memory store's it drops nothing by the clock) deletes only a state that
 -- is as good as new at any time; Redis's clock may be far past the instants
@@ -77,7 +79,7 @@ local function store(c, timeless)
   if ttl < 1 then ttl = 1 end
   local current = redis.call('PTTL', c.key)
   if current < ttl then
-    redis.call('PEXPIRE', c.key, ttl)
+    redis.call('PEXPIRE', c.key, ttl + grace_ms)
   end
 end
 
