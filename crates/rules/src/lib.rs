@@ -95,7 +95,10 @@ pub use error::{ErrorKind, Location, RulesError, UnknownDomain};
 pub use glob::PathGlob;
 pub use matcher::Domain;
 pub use resolve::{Descriptor, Resolved};
-pub use route::{Action, HostMatch, PathMatch, Route, RouteMatch, MAX_ROUTE_TEXT};
+pub use route::{
+    Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
+    MAX_ROUTE_TEXT,
+};
 pub use rule::{PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch};
 pub use ruleset::{RuleSet, MAX_FILE_BYTES};
 pub use yaml::{MAX_DEPTH, MAX_NODES};

@@ -31,6 +31,9 @@ pub struct Route {
     pub delay: u64,
     /// `descriptors`: each a list of actions, making one descriptor.
     pub descriptors: Vec<Vec<Action>>,
+    /// `on_missing` (and `on_missing_status`): what happens to a request
+    /// that leaves one of the descriptors unbuilt.
+    pub on_missing: OnMissing,
     /// The line of the route in its file.
     pub line: usize,
 }
@@ -47,10 +50,34 @@ impl Route {
             nodelay: false,
             delay: 0,
             descriptors: vec![vec![Action::RemoteAddress]],
+            on_missing: OnMissing::Allow,
             line: 0,
         }
     }
 }
+
+/// `on_missing:` — what a route does with a request from which one of its
+/// descriptors cannot be built (an absent header, an unknown client
+/// address), `skip_if_absent` entries aside.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum OnMissing {
+    /// `allow`, the default (envoyproxy/ratelimit's behaviour): the
+    /// descriptors that could be built are checked, and a request left with
+    /// none is forwarded unchecked.
+    #[default]
+    Allow,
+    /// `deny`: the request is answered with `status` (`on_missing_status`,
+    /// 429 by default) and a problem JSON body, neither forwarded nor
+    /// counted, so that leaving a key out does not escape its limit.
+    Deny {
+        /// The status of the answer, 400 to 599.
+        status: u16,
+    },
+}
+
+/// The status `on_missing: deny` answers with unless `on_missing_status`
+/// says otherwise.
+pub const DEFAULT_MISSING_STATUS: u16 = 429;
 
 /// `match:` — every given field must match; an empty match takes every
 /// request.

@@ -8,7 +8,10 @@
 use crate::error::{ErrorKind, Location};
 use crate::glob::{GlobError, PathGlob};
 use crate::parse::{FileParser, Result};
-use crate::route::{Action, HostMatch, PathMatch, Route, RouteMatch, MAX_ROUTE_TEXT};
+use crate::route::{
+    Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
+    MAX_ROUTE_TEXT,
+};
 use crate::yaml::{Node, Value};
 
 const ROUTE_FIELDS: &[&str] = &[
@@ -19,6 +22,8 @@ const ROUTE_FIELDS: &[&str] = &[
     "nodelay",
     "delay",
     "descriptors",
+    "on_missing",
+    "on_missing_status",
 ];
 const MATCH_FIELDS: &[&str] = &["path", "path_prefix", "path_glob", "methods", "host"];
 const REQUEST_HEADERS_FIELDS: &[&str] = &["header_name", "descriptor_key", "skip_if_absent"];
@@ -29,7 +34,9 @@ const NO_FIELDS: &[&str] = &[];
 /// The expected-fields text of the lists above, for unknown-field errors.
 pub(crate) fn expected_route_fields(allowed: &'static [&'static str]) -> &'static str {
     match allowed {
-        a if a == ROUTE_FIELDS => "name, match, enabled, shadow, nodelay, delay, descriptors",
+        a if a == ROUTE_FIELDS => {
+            "name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status"
+        }
         a if a == MATCH_FIELDS => "path, path_prefix, path_glob, methods, host",
         a if a == REQUEST_HEADERS_FIELDS => "header_name, descriptor_key, skip_if_absent",
         a if a == GENERIC_KEY_FIELDS => "descriptor_value, descriptor_key",
@@ -84,6 +91,7 @@ impl FileParser<'_> {
                 ))
             }
         };
+        let on_missing = self.on_missing(&f)?;
         Ok(Route {
             name,
             matcher,
@@ -92,7 +100,50 @@ impl FileParser<'_> {
             nodelay,
             delay,
             descriptors,
+            on_missing,
             line: f.at.line,
+        })
+    }
+
+    /// `on_missing` (`allow` or `deny`) and `on_missing_status` (only with
+    /// `deny`, 400 to 599).
+    fn on_missing(&self, f: &crate::parse::Fields<'_>) -> Result<OnMissing> {
+        let deny = match f.get("on_missing") {
+            None => false,
+            Some(node) => match self.string("on_missing", node)?.as_str() {
+                "allow" => false,
+                "deny" => true,
+                other => {
+                    return Err(self.err(
+                        node.at,
+                        ErrorKind::InvalidRouteValue {
+                            field: "on_missing",
+                            reason: format!("{other:?} is neither `allow` nor `deny`"),
+                        },
+                    ))
+                }
+            },
+        };
+        let status = match f.get("on_missing_status") {
+            Some(node) if !deny => {
+                return Err(self.err(
+                    node.at,
+                    ErrorKind::InvalidRouteValue {
+                        field: "on_missing_status",
+                        reason: "is only taken with `on_missing: deny`".to_string(),
+                    },
+                ))
+            }
+            Some(node) => self.number("on_missing_status", node, 400, 599)?,
+            None => u64::from(DEFAULT_MISSING_STATUS),
+        };
+        Ok(if deny {
+            OnMissing::Deny {
+                // 400 to 599 fits.
+                status: u16::try_from(status).unwrap_or(DEFAULT_MISSING_STATUS),
+            }
+        } else {
+            OnMissing::Allow
         })
     }
 

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use tollgate_rules::{Action, HostMatch, PathMatch, Route, RuleSet};
+use tollgate_rules::{Action, HostMatch, OnMissing, PathMatch, Route, RuleSet};
 
 fn routes(yaml: &str) -> Vec<Route> {
     let rules = RuleSet::from_yaml(yaml, "edge.yaml").unwrap_or_else(|e| panic!("{e}"));
@@ -145,7 +145,7 @@ fn unknown_fields_and_actions_are_errors() {
     check(
         &format!("{head}  - name: a\n    colour: red\n"),
         "4:5",
-        "unknown field `colour` in a route (expected one of: name, match, enabled, shadow, nodelay, delay, descriptors)",
+        "unknown field `colour` in a route (expected one of: name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status)",
     );
     check(
         &format!("{head}  - match: {{prefix: /a}}\n    descriptors: [[path]]\n"),
@@ -264,5 +264,53 @@ fn bad_values_name_their_place() {
         &format!("{head}  name: a\n"),
         "3:3",
         "`routes` must be a list of routes, found a mapping",
+    );
+}
+
+#[test]
+fn on_missing_is_allow_by_default_and_deny_answers_429_or_the_given_status() {
+    let r = routes(
+        "domain: edge\nroutes:\n  - descriptors: [[api_key]]\n  - on_missing: deny\n    descriptors: [[api_key]]\n  - on_missing: deny\n    on_missing_status: 401\n    descriptors: [[api_key]]\n  - on_missing: allow\n    descriptors: [[api_key]]\ndescriptors: []\n",
+    );
+    let kinds: Vec<OnMissing> = r.iter().map(|r| r.on_missing).collect();
+    assert_eq!(
+        kinds,
+        [
+            OnMissing::Allow,
+            OnMissing::Deny { status: 429 },
+            OnMissing::Deny { status: 401 },
+            OnMissing::Allow,
+        ]
+    );
+    assert_eq!(Route::default_route().on_missing, OnMissing::Allow);
+}
+
+#[test]
+fn on_missing_errors_name_their_place() {
+    let head = "domain: edge\nroutes:\n  - descriptors: [[api_key]]\n";
+    check(
+        &format!("{head}    on_missing: refuse\n"),
+        "4:17",
+        "`on_missing`: \"refuse\" is neither `allow` nor `deny`",
+    );
+    check(
+        &format!("{head}    on_missing_status: 403\n"),
+        "4:24",
+        "`on_missing_status`: is only taken with `on_missing: deny`",
+    );
+    check(
+        &format!("{head}    on_missing: allow\n    on_missing_status: 403\n"),
+        "5:24",
+        "only taken with `on_missing: deny`",
+    );
+    check(
+        &format!("{head}    on_missing: deny\n    on_missing_status: 302\n"),
+        "5:24",
+        "on_missing_status",
+    );
+    check(
+        &format!("{head}    on_missing: deny\n    on_missing_status: 600\n"),
+        "5:24",
+        "on_missing_status",
     );
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use http::request::Parts;
 use tollgate_core::{LimitKey, Moment, Store};
 use tollgate_rules::check::Plan;
-use tollgate_rules::{Action, RuleSet};
+use tollgate_rules::{Action, OnMissing, RuleSet};
 
 use crate::client_ip::client_ip;
 use crate::descriptors::RequestView;
@@ -27,6 +27,14 @@ pub(crate) enum Step<'r> {
     Forward,
     /// The store failed: `503`.
     Unavailable,
+    /// A descriptor of a route with `on_missing: deny` could not be built:
+    /// answered with this status, unchecked.
+    KeyMissing {
+        /// The answer's status.
+        status: u16,
+        /// The route's name, if it has one.
+        route: Option<&'r str>,
+    },
     /// Decided.
     Ruled(Ruling<'r>),
 }
@@ -59,11 +67,22 @@ pub(crate) async fn by_rules<'r, St: Store>(
                 .flatten(),
             max_value_bytes: shared.settings.max_value_bytes,
         };
-        let descriptors = view.descriptors(&route.descriptors);
-        if descriptors.is_empty() {
+        let built = view.descriptors(&route.descriptors);
+        if built.missing && !shadow {
+            if let OnMissing::Deny { status } = route.on_missing {
+                if let Some(observer) = &shared.observer {
+                    observer.key_missing(domain_name, route.name.as_deref());
+                }
+                return Step::KeyMissing {
+                    status,
+                    route: route.name.as_deref(),
+                };
+            }
+        }
+        if built.descriptors.is_empty() {
             return Step::Forward;
         }
-        Plan::new(domain, &descriptors, shadow)
+        Plan::new(domain, &built.descriptors, shadow)
     };
     let outcome = match plan.check(&*shared.store, Moment::Now, 1).await {
         Ok(outcome) => outcome,

@@ -92,6 +92,19 @@ impl AsRef<str> for Value<'_> {
 /// One descriptor: (key, value) entries, a `tollgate_rules::Descriptor`.
 pub(crate) type Entries<'a> = Vec<(&'a str, Value<'a>)>;
 
+/// A descriptor could not be built: an action's value is missing from the
+/// request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Missing;
+
+/// The descriptors a route's actions made of a request.
+pub(crate) struct Built<'a> {
+    /// Those that could be built, in order.
+    pub(crate) descriptors: Vec<Entries<'a>>,
+    /// At least one could not (see [`Missing`]).
+    pub(crate) missing: bool,
+}
+
 /// What a request offers to actions.
 pub(crate) struct RequestView<'a> {
     pub(crate) parts: &'a Parts,
@@ -101,17 +114,26 @@ pub(crate) struct RequestView<'a> {
 
 impl<'a> RequestView<'a> {
     /// The descriptors `actions` make of this request, in order; those
-    /// with a missing value left out.
-    pub(crate) fn descriptors(&self, actions: &'a [Vec<Action>]) -> Vec<Entries<'a>> {
-        actions
-            .iter()
-            .filter_map(|descriptor| self.descriptor(descriptor))
-            .collect()
+    /// with a missing value left out, and whether there was one.
+    pub(crate) fn descriptors(&self, actions: &'a [Vec<Action>]) -> Built<'a> {
+        let mut built = Built {
+            descriptors: Vec::with_capacity(actions.len()),
+            missing: false,
+        };
+        for descriptor in actions {
+            match self.descriptor(descriptor) {
+                Ok(Some(entries)) => built.descriptors.push(entries),
+                Ok(None) => {}
+                Err(Missing) => built.missing = true,
+            }
+        }
+        built
     }
 
-    /// One descriptor, or `None` when a value is missing. A descriptor left
-    /// with no entries (every one skipped) is not generated either.
-    pub(crate) fn descriptor(&self, actions: &'a [Action]) -> Option<Entries<'a>> {
+    /// One descriptor; `Err` when a value is missing. A descriptor left
+    /// with no entries (every one skipped) is `None`: not generated, but
+    /// not missing either.
+    pub(crate) fn descriptor(&self, actions: &'a [Action]) -> Result<Option<Entries<'a>>, Missing> {
         let mut entries = Vec::with_capacity(actions.len());
         for action in actions {
             match self.value(action) {
@@ -123,10 +145,10 @@ impl<'a> RequestView<'a> {
                         ..
                     }
                 ) => {}
-                None => return None,
+                None => return Err(Missing),
             }
         }
-        (!entries.is_empty()).then_some(entries)
+        Ok((!entries.is_empty()).then_some(entries))
     }
 
     fn value(&self, action: &'a Action) -> Option<Value<'a>> {

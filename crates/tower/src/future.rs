@@ -89,6 +89,9 @@ where
             return Ok(response.map(|b| RateLimitBody::inner(b, None)));
         }
         Step::Unavailable => return Ok(problem::store_unavailable().map(RateLimitBody::problem)),
+        Step::KeyMissing { status, route } => {
+            return Ok(problem::key_missing(status, route).map(RateLimitBody::problem))
+        }
     };
     let Ruling {
         rejected,

@@ -53,11 +53,11 @@ impl KeyExtractor for Vec<Action> {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
         };
         match view.descriptor(self) {
-            Some(entries) => {
+            Ok(Some(entries)) => {
                 write_key(&entries, key);
                 true
             }
-            None => false,
+            Ok(None) | Err(_) => false,
         }
     }
 }

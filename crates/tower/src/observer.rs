@@ -53,6 +53,13 @@ pub trait Observer: Send + Sync + 'static {
         let _ = (name, decision, shadow, took);
     }
 
+    /// A request was refused because a descriptor of its route (`route`,
+    /// by name when it has one, in `domain`) could not be built and the
+    /// route says `on_missing: deny`.
+    fn key_missing(&self, domain: &str, route: Option<&str>) {
+        let _ = (domain, route);
+    }
+
     /// The store failed: the request was answered `503` (for a check), or a
     /// lease is left to expire (for a release).
     fn store_failed(&self, error: &StoreError) {

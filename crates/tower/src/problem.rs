@@ -1,6 +1,8 @@
 //! RFC 9457 problem details (`application/problem+json`) for the answers
 //! the middleware gives itself: `429 Too Many Requests` when a limit
-//! rejects, and `503 Service Unavailable` when the store cannot be asked
+//! rejects, a route's `on_missing` status when a request lacks a value its
+//! limit is keyed by, and `503 Service Unavailable` when the store cannot
+//! be asked
 //! under `fail_closed`. The one place these statuses and bodies are made.
 //!
 //! The 503 names no store, address or error text: the answer goes to the
@@ -58,6 +60,33 @@ pub fn too_many_requests(policy: &str, retry_after: Duration) -> Response<Bytes>
         detail: &detail,
         policy: Some(policy),
         retry_after_ms: Some(nanos_to_ms_ceil(duration_to_nanos(retry_after)).max(1)),
+    })
+}
+
+/// The answer of a route with `on_missing: deny` to a request from which
+/// one of its descriptors cannot be built: `status` (429 unless the route
+/// says otherwise), naming the route (its name) as the policy.
+///
+/// ```
+/// let response = tollgate_tower::problem::key_missing(429, Some("api"));
+/// assert_eq!(response.status(), 429);
+/// let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
+/// assert_eq!(body["title"], "Too Many Requests");
+/// assert_eq!(body["policy"], "api");
+/// assert!(body.get("retry_after_ms").is_none());
+/// ```
+pub fn key_missing(status: u16, route: Option<&str>) -> Response<Bytes> {
+    let title = StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Request Refused");
+    respond(&Problem {
+        kind: "about:blank",
+        title,
+        status,
+        detail: "The request lacks a value its rate limit is keyed by (a header, the client address); it was not forwarded.",
+        policy: route,
+        retry_after_ms: None,
     })
 }
 

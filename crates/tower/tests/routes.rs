@@ -304,3 +304,93 @@ async fn an_unknown_domain_checks_nothing_and_a_reload_takes_effect() {
     assert_eq!(status_of(&service, request("192.0.2.1:1", "/")).await, 200);
     assert_eq!(status_of(&service, request("192.0.2.1:1", "/")).await, 429);
 }
+
+const KEYED: &str = r#"
+domain: keyed
+routes:
+  - name: strict
+    match: {path_prefix: /strict/}
+    on_missing: deny
+    descriptors: [[api_key], [remote_address]]
+  - name: custom
+    match: {path_prefix: /custom/}
+    on_missing: deny
+    on_missing_status: 401
+    descriptors: [[api_key]]
+  - name: shadowed
+    match: {path_prefix: /shadowed/}
+    on_missing: deny
+    shadow: true
+    descriptors: [[api_key]]
+  - name: lenient
+    descriptors: [[api_key]]
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"#;
+
+/// Sends `GET uri` from 192.0.2.1 with `headers` through `service`; the
+/// status, the body, and whether the inner service was called.
+async fn call_keyed(
+    service: &Edge,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, Option<String>) {
+    let mut r = request("192.0.2.1:1000", uri);
+    for (name, value) in headers {
+        r.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    let response = service.clone().oneshot(r).await.unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, text(response.into_body()).await, content_type)
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_missing_deny_refuses_a_request_without_its_key_and_allow_forwards_it() {
+    let recorder = Recorder::default();
+    let service = RateLimitLayer::from_rules(store(), rules(KEYED), "keyed")
+        .with_observer(recorder.clone())
+        .layer(service_fn(ok));
+    let s: Edge = BoxCloneService::new(service);
+
+    // No API key on a `deny` route: 429 with a problem body, nothing
+    // checked (the observer hears no decision), nothing forwarded.
+    let (status, body, content_type) = call_keyed(&s, "/strict/x", &[]).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["policy"], "strict");
+    assert!(recorder.take().is_empty());
+    // With the key, the route decides as usual: 1 a minute.
+    let key = [("x-api-key", "k1")];
+    assert_eq!(call_keyed(&s, "/strict/x", &key).await.0, 200);
+    assert_eq!(call_keyed(&s, "/strict/x", &key).await.0, 429);
+    assert_eq!(recorder.take().len(), 2);
+
+    // A configured status.
+    let (status, body, _) = call_keyed(&s, "/custom/x", &[]).await;
+    assert_eq!(status, 401, "{body}");
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["title"], "Unauthorized");
+
+    // In shadow mode nothing is refused: forwarded unchecked.
+    assert_eq!(call_keyed(&s, "/shadowed/x", &[]).await.0, 200);
+    assert!(recorder.take().is_empty());
+
+    // The default, `allow`: forwarded unchecked, over and over.
+    for _ in 0..3 {
+        let (status, body, _) = call_keyed(&s, "/lenient/x", &[]).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(recorder.take().is_empty());
+}
