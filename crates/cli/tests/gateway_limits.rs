@@ -267,6 +267,20 @@ async fn an_untrusted_client_cannot_pick_its_key_with_forwarding_headers() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_announces_its_burst_over_the_time_to_drain_it() {
+    let upstream = Upstream::start().await;
+    let (_dir, rules) = rules_file();
+    let gw = gateway(&upstream, &rules, &[]);
+    // A queue of 5 drained at 2 per second: 5 every 3 s (2.5 s, rounded
+    // up), not 5 every second, which would be refused from the second on.
+    let first = send(get(&gw.url("/echo/nodelay"))).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let policy = sf_list(&first, "ratelimit-policy");
+    assert_eq!(policy[0].0, "nodelay");
+    assert_eq!((policy[0].1["q"], policy[0].1["w"]), (5, 3));
+}
+
 /// Sends `count` requests to `path` at once; each answer's status and when
 /// it arrived, in the order sent.
 async fn burst(gw: &Gateway, path: &str, count: usize) -> (Instant, Vec<(StatusCode, Duration)>) {

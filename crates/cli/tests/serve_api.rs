@@ -220,6 +220,21 @@ fn decisions_carry_the_rate_limit_headers() {
     assert_eq!(json["retry_after_ms"], 45_000);
 }
 
+#[test]
+fn a_bucket_announces_its_burst_over_the_time_to_refill_it() {
+    let s = trusted();
+    // The README's sample: burst 20 refilled at 10/s is 20 every 2 s; a
+    // client spending 20 every second would be refused from the third.
+    let limit = json!({"algorithm": "token_bucket", "rate": "10/s", "burst": 20});
+    let first = s.post(
+        "/v1/check",
+        &json!({"key": "b", "limit": limit, "at_ms": T0}),
+    );
+    assert_eq!(first.status(), 200);
+    let policy = sf_list(&first, "ratelimit-policy");
+    assert_eq!((policy[0].1["q"], policy[0].1["w"]), (20, 2));
+}
+
 const RULES: &str = r#"
 domain: api
 descriptors:

@@ -25,6 +25,13 @@ descriptors:
       algorithm: sliding_window_log
       unit: hour
       requests_per_unit: 3
+  - key: bucket
+    rate_limit:
+      name: bucket
+      algorithm: token_bucket
+      unit: second
+      requests_per_unit: 10
+      burst: 20
   - key: health
     rate_limit:
       unlimited: true
@@ -198,6 +205,16 @@ fn grpc_and_json_share_the_counters_and_headers_can_be_passed_on() {
             .find(|h| h.key == "ratelimit-policy")
             .expect("RateLimit-Policy passed on");
         assert_eq!(policy.value, r#""per-user";q=3;w=3600"#);
+        // A bucket: its burst over the time to refill it.
+        let answer = ask(&s, request(vec![descriptor(&[("bucket", "b")])]))
+            .await
+            .unwrap();
+        let policy = answer
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key == "ratelimit-policy")
+            .expect("RateLimit-Policy passed on");
+        assert_eq!(policy.value, r#""bucket";q=20;w=2"#);
     });
     let (status, body) = s.call(
         "/json",

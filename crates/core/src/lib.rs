@@ -3,7 +3,7 @@
 //!
 //! This crate does no I/O and reads no clock on its own: callers pass `now`
 //! (nanoseconds since the Unix epoch) into every operation. Stores
-//! (`tollgate-memory`, and later Redis) keep the per-key state and call the
+//! (`tollgate-memory`, `tollgate-redis`) keep the per-key state and call the
 //! algorithms under their own locking.
 //!
 //! # Layout
@@ -13,6 +13,8 @@
 //!   into an [`AnyAlgorithm`].
 //! - [`algorithm`]: the [`Algorithm`] trait and the eight algorithms.
 //! - [`decision`]: [`Decision`] and [`Reservation`], the answers.
+//! - [`policy`]: the quota a limit announces (`RateLimit-Policy`), one a
+//!   client can follow without being refused.
 //! - [`time`]: the [`Clock`](time::Clock) trait, a system clock and a manual
 //!   one for tests.
 //! - [`store`]: the [`Store`] trait that servers decide through, and its
@@ -40,6 +42,7 @@
 pub mod algorithm;
 pub mod decision;
 pub mod limit;
+pub mod policy;
 pub mod rate;
 pub mod store;
 pub mod time;

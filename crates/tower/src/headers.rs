@@ -57,8 +57,8 @@ pub fn add_rate_limit_headers(
         }
         push_sf_string(&mut policy, &a.name);
         push_sf_string(&mut state, &a.name);
-        push_param(&mut policy, b";q=", a.decision.limit);
-        push_param(&mut policy, b";w=", a.window_secs.max(1));
+        push_param(&mut policy, b";q=", a.policy.quota);
+        push_param(&mut policy, b";w=", a.policy.window_secs.max(1));
         push_param(&mut state, b";r=", a.decision.remaining);
         push_param(
             &mut state,
@@ -177,6 +177,21 @@ mod tests {
         assert_eq!(h[&X_RATELIMIT_REMAINING], "4");
         assert_eq!(h[&X_RATELIMIT_RESET], "1");
         assert!(h.get(http::header::RETRY_AFTER).is_none());
+    }
+
+    #[test]
+    fn a_bucket_announces_its_burst_over_the_time_to_refill_it() {
+        let rate: Rate = "10/s".parse().unwrap();
+        let limit = Limit::new(AlgorithmName::TokenBucket, rate).with_burst(20);
+        let decision = Decision {
+            allowed: true,
+            limit: 20,
+            remaining: 19,
+            ..Decision::default()
+        };
+        let limits = [AppliedLimit::of("bucket", &limit, decision)];
+        let h = rate_limit_headers(&limits, Some(&decision), false);
+        assert_eq!(h[&RATELIMIT_POLICY], r#""bucket";q=20;w=2"#);
     }
 
     #[test]

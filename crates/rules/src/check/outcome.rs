@@ -6,7 +6,8 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use tollgate_core::time::NANOS_PER_SEC;
+use tollgate_core::policy::QuotaPolicy;
+use tollgate_core::time::duration_to_secs_ceil;
 use tollgate_core::{Decision, Limit};
 
 use super::Plan;
@@ -19,9 +20,10 @@ pub struct AppliedLimit<'a> {
     /// The rule's name (see [`limit_name`]), or a name derived from
     /// the limit for inline limits.
     pub name: Cow<'a, str>,
-    /// The window the policy is stated over: the limit's period in whole
-    /// seconds.
-    pub window_secs: u64,
+    /// What `RateLimit-Policy` announces: a quota a client can follow
+    /// without being refused by this limit alone (see
+    /// [`Limit::policy`]).
+    pub policy: QuotaPolicy,
     /// Its decision for this request.
     pub decision: Decision,
 }
@@ -35,7 +37,7 @@ impl<'a> AppliedLimit<'a> {
     ) -> AppliedLimit<'a> {
         AppliedLimit {
             name: name.into(),
-            window_secs: limit.rate.period_nanos() / NANOS_PER_SEC,
+            policy: limit.policy(),
             decision,
         }
     }
@@ -44,7 +46,7 @@ impl<'a> AppliedLimit<'a> {
     pub fn into_owned(self) -> AppliedLimit<'static> {
         AppliedLimit {
             name: Cow::Owned(self.name.into_owned()),
-            window_secs: self.window_secs,
+            policy: self.policy,
             decision: self.decision,
         }
     }
@@ -102,7 +104,12 @@ impl<'r> DescriptorOutcome<'r> {
         let rule: &'r Rule = self.rule;
         let denied = rule.denies_all().then(|| AppliedLimit {
             name: Cow::Borrowed(rule.name().unwrap_or(rule.id())),
-            window_secs: self.decision.reset_after.as_secs(),
+            // Nothing is ever admitted: a quota of 0 over the time the
+            // rejection lasts.
+            policy: QuotaPolicy {
+                quota: 0,
+                window_secs: duration_to_secs_ceil(self.decision.reset_after).max(1),
+            },
             decision: self.decision,
         });
         let limits = rule.limits().iter().zip(&self.decisions).enumerate().map(
