@@ -321,19 +321,15 @@ async fn a_leaky_bucket_holds_requests_on_its_schedule_and_rejects_a_full_queue(
         .filter(|(status, _)| *status == StatusCode::TOO_MANY_REQUESTS)
         .collect();
     assert_eq!((passed.len(), rejected.len()), (5, 1), "{answers:?}");
-    // The rejection is not held.
-    assert!(rejected[0].1 < Duration::from_millis(400), "{answers:?}");
     passed.sort();
+    // The rejection is not held: it comes before the last of the queue,
+    // which is held 2 s (an order, not a speed: on a loaded machine any
+    // answer can be late).
+    assert!(rejected[0].1 < passed[4], "{answers:?}");
     for (k, at) in passed.iter().enumerate() {
-        // Never early: each is held at least its place in the queue; and
-        // not much later (a loaded machine's scheduling, not a second
-        // place in the queue).
+        // Never early: each is held at least its place in the queue.
         let due = Duration::from_millis(500 * k as u64);
         assert!(*at >= due, "answer {k} at {at:?}, due {due:?}: {passed:?}");
-        assert!(
-            *at < due + Duration::from_millis(450),
-            "answer {k} at {at:?}: {passed:?}"
-        );
     }
 }
 
@@ -348,10 +344,12 @@ async fn nodelay_passes_the_queue_at_once_and_still_rejects_when_full() {
         .filter(|(status, _)| *status == StatusCode::OK)
         .collect();
     assert_eq!(passed.len(), 5, "{answers:?}");
+    // Held, the fifth would wait 2 s for its place in the queue; the bound
+    // is that, not a speed (any answer may be late on a loaded machine).
     assert!(
         passed
             .iter()
-            .all(|(_, at)| *at < Duration::from_millis(450)),
+            .all(|(_, at)| *at < Duration::from_millis(2000)),
         "none held: {answers:?}"
     );
 }

@@ -13,6 +13,11 @@ use serde_json::{json, Value};
 use support::Server;
 use tollgate_testkit::RedisServer;
 
+/// The bound on an answer while Redis is down: many times the store's
+/// timeout (200–250 ms here), so that only a hang exceeds it, never a slow
+/// answer on a loaded machine.
+const NO_HANG: Duration = Duration::from_secs(10);
+
 fn check(server: &Server, key: &str, limit: &Value) -> (u16, Value) {
     server.call("/v1/check", &json!({"key": key, "limit": limit}))
 }
@@ -156,7 +161,7 @@ fn outage(policy: &str, while_down: impl Fn(&Server, &Value)) {
     let limit = json!({"algorithm": "gcra", "rate": "3/hour"});
     assert_eq!(check(&server, "k", &limit).0, 200);
     redis.kill();
-    let bound = Duration::from_secs(2);
+    let bound = NO_HANG;
     let started = Instant::now();
     check(&server, "k", &limit);
     assert!(started.elapsed() < bound, "{:?}", started.elapsed());
@@ -279,11 +284,7 @@ fn grpc_follows_the_store_error_policy() {
             .await
             .unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < NO_HANG, "{:?}", started.elapsed());
         let answer = open_client
             .should_rate_limit(request())
             .await
@@ -332,7 +333,7 @@ fn redis_killed_under_load_every_policy_answers_in_time_and_recovers() {
     use std::sync::Mutex;
 
     const THREADS_PER_SERVER: usize = 5;
-    let bound = Duration::from_secs(2);
+    let bound = NO_HANG;
     let mut redis = RedisServer::start();
     let policies = ["fail_closed", "fail_open", "local"];
     let servers: Vec<Server> = policies

@@ -10,6 +10,11 @@ use tollgate_core::{AlgorithmName, Limit, LimitKey, Moment, Rate, Store};
 use tollgate_redis::{RedisConfig, RedisStore};
 use tollgate_testkit::RedisCluster;
 
+/// The bound on an answer while Redis is down: many times the store's
+/// timeout (200–250 ms here), so that only a hang exceeds it, never a slow
+/// answer on a loaded machine.
+const NO_HANG: Duration = Duration::from_secs(10);
+
 fn gcra(n: u64) -> Limit {
     Limit::new(
         AlgorithmName::Gcra,
@@ -26,7 +31,7 @@ fn tag(store: &RedisStore, key: &[u8]) -> String {
 }
 
 /// Checks `request` until the cluster serves its slot again (30 s at most),
-/// each call answering within 2 s, failed or not.
+/// each call answering within [`NO_HANG`], failed or not.
 async fn check_until_served(
     store: &RedisStore,
     request: LimitKey<'_>,
@@ -36,11 +41,7 @@ async fn check_until_served(
     loop {
         let started = Instant::now();
         let result = store.check(&[request], Moment::Now, 1).await;
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < NO_HANG, "{:?}", started.elapsed());
         if let Ok(d) = result {
             return d;
         }
@@ -135,11 +136,7 @@ fn checks_work_across_slots_and_survive_a_master_failover() {
     runtime.block_on(async {
         let started = Instant::now();
         assert!(store.check(&[carol], Moment::Now, 1).await.is_err());
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < NO_HANG, "{:?}", started.elapsed());
     });
     cluster.nodes[master].restart();
     cluster.wait_until_ok();

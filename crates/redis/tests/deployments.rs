@@ -12,7 +12,10 @@ use tollgate_core::{AlgorithmName, Limit, LimitKey, Moment, Rate, Store, StoreEr
 use tollgate_redis::{OpenError, RedisConfig, RedisStore, TlsError};
 use tollgate_testkit::{ClientCerts, RedisServer, TestCertificates};
 
-const TIMEOUT: Duration = Duration::from_millis(500);
+/// The store's timeout: long, so that on a loaded machine a failing TLS
+/// handshake (and the connection's one retry) always ends before it and the
+/// error says why, rather than depending on which comes first.
+const TIMEOUT: Duration = Duration::from_secs(20);
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -62,14 +65,14 @@ fn three_checks(url: &str, config: RedisConfig) -> Result<Vec<bool>, (StoreError
     })
 }
 
-/// The call failed as an outage, within the store's timeout (plus the
-/// scheduling slack of a loaded machine), not after a hang; the error.
+/// The call failed as an outage with the connection's own error, before
+/// the store's timeout (not a hang that the timeout ended); the error.
 fn assert_fails_fast(result: Result<Vec<bool>, (StoreError, Duration)>) -> StoreError {
     let (error, took) = result.expect_err("the check must fail");
     assert!(error.is_outage(), "{error}");
     assert!(
-        took < TIMEOUT + Duration::from_millis(250),
-        "failing took {took:?}: {error}"
+        !matches!(error, StoreError::Timeout(_)),
+        "the store timed out after {took:?} instead of saying why it failed"
     );
     error
 }
