@@ -7,9 +7,9 @@
 //! `duration_until_reset` is read from each server's own clock, so it may
 //! differ by the time that passed between the two copies of a request. The
 //! copies are sent one right after the other (request `i` over gRPC, then
-//! request `i` as JSON), both servers started before the first, so that time
-//! is one call's latency, milliseconds; the comparison allows
-//! [`RESET_TOLERANCE`], 1 s, which a loaded test machine stays far inside.
+//! request `i` as JSON), and the time from the first's start to the
+//! second's end is measured: the comparison allows that, plus
+//! [`RESET_TOLERANCE`] for rounding, however slow a loaded machine is.
 //!
 //! Fixed windows are epoch-aligned: if an hour or day boundary falls during a
 //! run, the two servers may count the requests before and after it in
@@ -20,7 +20,7 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use support::Server;
@@ -32,7 +32,8 @@ use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_cl
 use tollgate_server::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
-/// How far the two servers' `duration_until_reset` may differ.
+/// How far the two servers' `duration_until_reset` may differ beyond the
+/// time between the two calls (resets are rounded to whole seconds).
 const RESET_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// The units, in seconds, of the fixed windows that count below (the one
@@ -520,9 +521,10 @@ fn window_ended(start: Duration, end: Duration) -> bool {
 }
 
 /// Status by status: everything equal but the reset, which may differ by
-/// [`RESET_TOLERANCE`].
-fn assert_same(step: usize, request: &Req, grpc: &Outcome, json: &Outcome) {
+/// `between`, the time the two calls took, and [`RESET_TOLERANCE`].
+fn assert_same(step: usize, request: &Req, (grpc, json, between): &(Outcome, Outcome, Duration)) {
     let context = format!("step {step}: {request:?}\n  gRPC: {grpc:?}\n  JSON: {json:?}");
+    let tolerance = *between + RESET_TOLERANCE;
     match (grpc, json) {
         (Outcome::Decided(g), Outcome::Decided(j)) => {
             assert_eq!(g.overall, j.overall, "{context}");
@@ -536,8 +538,8 @@ fn assert_same(step: usize, request: &Req, grpc: &Outcome, json: &Outcome) {
                 match (gs.reset, js.reset) {
                     (None, None) => {}
                     (Some(a), Some(b)) => assert!(
-                        a.abs_diff(b) <= RESET_TOLERANCE,
-                        "resets {a:?} and {b:?} differ by more than {RESET_TOLERANCE:?}: {context}"
+                        a.abs_diff(b) <= tolerance,
+                        "resets {a:?} and {b:?} differ by more than {tolerance:?}: {context}"
                     ),
                     _ => panic!("one reset is missing: {context}"),
                 }
@@ -550,14 +552,15 @@ fn assert_same(step: usize, request: &Req, grpc: &Outcome, json: &Outcome) {
 
 /// Runs the whole sequence on two fresh servers; `None` when a window may
 /// have ended during it.
-fn run_once(rules: &std::path::Path) -> Option<Vec<(Outcome, Outcome)>> {
+fn run_once(rules: &std::path::Path) -> Option<Vec<(Outcome, Outcome, Duration)>> {
     let mut pair = Pair::start(rules);
     let start = now();
     let mut outcomes = Vec::new();
     for (request, _) in sequence() {
+        let started = Instant::now();
         let grpc = pair.grpc(&request);
         let json = pair.json(&request);
-        outcomes.push((grpc, json));
+        outcomes.push((grpc, json, started.elapsed()));
     }
     drop((pair.grpc_server, pair.json_server));
     (!window_ended(start, now())).then_some(outcomes)
@@ -574,8 +577,9 @@ fn grpc_and_json_give_the_same_decisions() {
         .expect("a window ended during each of 3 runs");
     let steps = sequence();
     assert_eq!(outcomes.len(), steps.len());
-    for (i, ((request, expected), (grpc, json))) in steps.iter().zip(&outcomes).enumerate() {
-        assert_same(i, request, grpc, json);
+    for (i, ((request, expected), outcome)) in steps.iter().zip(&outcomes).enumerate() {
+        assert_same(i, request, outcome);
+        let grpc = &outcome.0;
         // Both alike is not enough: each step's answer is the one the rules
         // call for.
         match (expected, grpc) {
