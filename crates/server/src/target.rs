@@ -180,16 +180,22 @@ fn descriptors_of(
 }
 
 /// The decision time: `at_ms` when the server trusts client time, the
-/// store's clock otherwise.
+/// store's clock otherwise. An `at_ms` out of range (past 2^62 ns) is bad
+/// input either way, so a request's validity does not depend on the
+/// server's settings.
 pub fn moment(settings: &Settings, at_ms: Option<u64>) -> Result<Moment, ApiError> {
-    match at_ms {
-        Some(ms) if settings.trust_client_time => ms
-            .checked_mul(NANOS_PER_MS)
-            .filter(|&ns| ns < 1 << 62)
-            .map(Moment::At)
-            .ok_or_else(|| invalid(format!("at_ms {ms} is out of range"))),
-        _ => Ok(Moment::Now),
-    }
+    let Some(ms) = at_ms else {
+        return Ok(Moment::Now);
+    };
+    let at = ms
+        .checked_mul(NANOS_PER_MS)
+        .filter(|&ns| ns < 1 << 62)
+        .ok_or_else(|| invalid(format!("at_ms {ms} is out of range")))?;
+    Ok(if settings.trust_client_time {
+        Moment::At(at)
+    } else {
+        Moment::Now
+    })
 }
 
 /// The request's cost: 1 when absent.
@@ -213,6 +219,22 @@ fn invalid(message: impl Into<String>) -> ApiError {
 mod tests {
     use super::*;
     use crate::wire::EntrySpec;
+
+    #[test]
+    fn at_ms_past_2_62_ns_is_bad_input_whether_or_not_client_time_is_trusted() {
+        let largest = (1u64 << 62) / NANOS_PER_MS;
+        for trust_client_time in [false, true] {
+            let settings = Settings {
+                trust_client_time,
+                ..Settings::default()
+            };
+            assert!(moment(&settings, Some(largest)).is_ok());
+            assert!(moment(&settings, Some(largest + 1)).is_err());
+            assert!(moment(&settings, Some(u64::MAX)).is_err());
+        }
+        let untrusted = Settings::default();
+        assert_eq!(moment(&untrusted, Some(5)).ok(), Some(Moment::Now));
+    }
 
     fn inline(key: &str, rate: &str) -> DecisionRequest {
         DecisionRequest {
