@@ -236,6 +236,15 @@ pub struct GatewayArgs {
     /// Leave out the rate-limit headers.
     #[arg(long, env = "TOLLGATE_NO_HEADERS")]
     pub no_headers: bool,
+    /// Client IPv6 addresses share one key per network of this prefix
+    /// length (1 to 128), so that a client cannot escape a per-address
+    /// limit by rotating addresses inside its network [default: 64].
+    #[arg(long, env = "TOLLGATE_IPV6_PREFIX")]
+    pub ipv6_prefix: Option<u8>,
+    /// Client IPv4 addresses share one key per network of this prefix
+    /// length (1 to 32) [default: 32, every address its own].
+    #[arg(long, env = "TOLLGATE_IPV4_PREFIX")]
+    pub ipv4_prefix: Option<u8>,
     /// The store and its settings.
     #[command(flatten)]
     pub storage: StoreArgs,

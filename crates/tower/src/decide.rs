@@ -62,9 +62,11 @@ pub(crate) async fn by_rules<'r, St: Store>(
             .any(|a| *a == Action::RemoteAddress);
         let view = RequestView {
             parts,
+            // Keys hold the client's network, not its address.
             client_ip: needs_ip
                 .then(|| client_ip(parts, &shared.trusted))
-                .flatten(),
+                .flatten()
+                .map(|ip| shared.settings.address_grouping.group(ip)),
             max_value_bytes: shared.settings.max_value_bytes,
         };
         let built = view.descriptors(&route.descriptors);
@@ -112,10 +114,9 @@ pub(crate) async fn by_inline<'r, St: Store>(
     let started = shared.observer.as_ref().map(|_| Instant::now());
     let mut key = Vec::with_capacity(64);
     key.push(INLINE_KEY_PREFIX);
-    if !inline
-        .key
-        .extract(parts, client_ip(parts, &shared.trusted), &mut key)
-    {
+    let grouped =
+        client_ip(parts, &shared.trusted).map(|ip| shared.settings.address_grouping.group(ip));
+    if !inline.key.extract(parts, grouped, &mut key) {
         return Step::Forward;
     }
     let request = [LimitKey {

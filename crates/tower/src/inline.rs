@@ -24,7 +24,9 @@ pub const INLINE_KEY_PREFIX: u8 = b'i';
 /// Implemented by [`ClientIp`], by a list of route [`Action`]s (the same
 /// extraction rules files use: `vec![Action::RemoteAddress, Action::Method]`),
 /// and by closures `Fn(&Parts, Option<IpAddr>) -> Option<String>` (the
-/// request's head and its client IP; a key longer than 1,024 bytes is cut).
+/// request's head and its client IP, grouped by
+/// [`Settings::address_grouping`](crate::Settings::address_grouping); a key
+/// longer than 1,024 bytes is cut).
 pub trait KeyExtractor: Send + Sync + 'static {
     /// Appends the request's key to `key`; `false` when the request has
     /// none, and then it goes on unchecked.

@@ -1,6 +1,7 @@
 //! [`Settings`]: the middleware's behaviour switches.
 
 use crate::descriptors::DEFAULT_MAX_VALUE_BYTES;
+use crate::grouping::AddressGrouping;
 
 /// How the middleware behaves. `Default`: enforce, send the headers on
 /// admitted responses, values of at most 1,024 bytes.
@@ -17,6 +18,10 @@ pub struct Settings {
     /// The longest value a request can put into a descriptor entry (a
     /// header, the path, the host), in bytes; longer ones are cut to it.
     pub max_value_bytes: usize,
+    /// Which client addresses share a key (`remote_address` entries and
+    /// the inline [`ClientIp`](crate::ClientIp) key): IPv6 by /64 and IPv4
+    /// by /32 unless told.
+    pub address_grouping: AddressGrouping,
 }
 
 impl Default for Settings {
@@ -25,6 +30,7 @@ impl Default for Settings {
             shadow: false,
             headers: true,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            address_grouping: AddressGrouping::default(),
         }
     }
 }

@@ -12,7 +12,9 @@ use std::net::IpAddr;
 use http::HeaderMap;
 use proptest::prelude::*;
 use support::*;
-use tollgate_tower::{ForwardedHeader, RateLimitLayer, TrustedProxies, MAX_HOPS};
+use tollgate_tower::{
+    AddressGrouping, ForwardedHeader, RateLimitLayer, Settings, TrustedProxies, MAX_HOPS,
+};
 use tower::{service_fn, Layer, ServiceExt};
 
 const ONE_PER_MINUTE: &str = r#"
@@ -275,4 +277,101 @@ proptest! {
         let want = if n == 0 || n > MAX_HOPS { "10.0.0.1" } else { "10.0.0.2" };
         prop_assert_eq!(got, ip(want));
     }
+}
+
+const FIVE_PER_MINUTE: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#;
+
+/// How many of `peers`' requests (one each, `x-forwarded-for` when given)
+/// are admitted by `service`.
+async fn admitted<S>(service: &S, peers: impl Iterator<Item = (String, Option<String>)>) -> usize
+where
+    S: tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<
+                tollgate_tower::RateLimitBody<http_body_util::Full<bytes::Bytes>>,
+            >,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let mut count = 0;
+    for (peer, forwarded) in peers {
+        let mut r = request(&peer, "/");
+        if let Some(client) = forwarded {
+            r.headers_mut()
+                .insert("x-forwarded-for", client.parse().unwrap());
+        }
+        if service.clone().oneshot(r).await.unwrap().status() == 200 {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// `n` peers, `[prefix:i]:1000` for i in 1..=n, each address its own.
+fn in_network(prefix: &str, n: u32) -> impl Iterator<Item = (String, Option<String>)> + '_ {
+    (1..=n).map(move |i| (format!("[{prefix}:{i:x}]:1000"), None))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_addresses_of_one_ipv6_network_share_one_limit() {
+    let service =
+        RateLimitLayer::from_rules(store(), rules(FIVE_PER_MINUTE), "edge").layer(service_fn(ok));
+    // 1,000 addresses of 2001:db8:1:2::/64: five admitted in all.
+    assert_eq!(
+        admitted(&service, in_network("2001:db8:1:2:0:0:0", 1_000)).await,
+        5
+    );
+    assert_eq!(
+        admitted(&service, in_network("2001:db8:1:2:ffff:0:0", 10)).await,
+        0
+    );
+    // Another /64 (even the next one) has its own limit.
+    assert_eq!(
+        admitted(&service, in_network("2001:db8:1:3:0:0:0", 10)).await,
+        5
+    );
+    // IPv4 addresses each have their own by default.
+    let v4 = (1..=3).map(|i| (format!("192.0.2.{i}:1000"), None));
+    assert_eq!(admitted(&service, v4).await, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ipv4_mapped_address_counts_as_its_ipv4_address() {
+    let service =
+        RateLimitLayer::from_rules(store(), rules(ONE_PER_MINUTE), "edge").layer(service_fn(ok));
+    let peers = ["[::ffff:192.0.2.44]:1000", "192.0.2.44:2000"]
+        .into_iter()
+        .map(|p| (p.to_string(), None));
+    assert_eq!(admitted(&service, peers).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn grouping_is_a_setting_and_applies_behind_trusted_proxies() {
+    let settings = Settings {
+        address_grouping: AddressGrouping::new(24, 48).unwrap(),
+        ..Settings::default()
+    };
+    let service = RateLimitLayer::from_rules(store(), rules(FIVE_PER_MINUTE), "edge")
+        .with_trusted_proxies("10.0.0.0/8".parse().unwrap())
+        .with_settings(settings)
+        .layer(service_fn(ok));
+    // Clients behind a trusted proxy, rotating inside 2001:db8:7::/48
+    // (two different /64s): one limit.
+    let rotating = (1..=200u32).map(|i| {
+        (
+            "10.1.2.3:443".to_string(),
+            Some(format!("2001:db8:7:{:x}::{:x}", i % 2, i)),
+        )
+    });
+    assert_eq!(admitted(&service, rotating).await, 5);
+    // IPv4 grouped by /24 here.
+    let v4 = (1..=20).map(|i| ("10.1.2.3:443".to_string(), Some(format!("198.51.100.{i}"))));
+    assert_eq!(admitted(&service, v4).await, 5);
+    let other = (1..=20).map(|i| ("10.1.2.3:443".to_string(), Some(format!("198.51.101.{i}"))));
+    assert_eq!(admitted(&service, other).await, 5);
 }

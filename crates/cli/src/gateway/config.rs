@@ -10,7 +10,9 @@ use serde::Deserialize;
 use tollgate_core::rate::parse_duration;
 use tollgate_gateway::Upstream;
 use tollgate_rules::RuleSet;
-use tollgate_tower::{ForwardedHeader, TrustedProxies};
+use tollgate_tower::{
+    AddressGrouping, ForwardedHeader, TrustedProxies, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
+};
 
 use crate::args::GatewayArgs;
 use crate::config_file::{self, ConfigError};
@@ -40,6 +42,8 @@ struct ConfigFile {
     forwarded_header: Option<String>,
     shadow: Option<bool>,
     no_headers: Option<bool>,
+    ipv6_prefix: Option<u8>,
+    ipv4_prefix: Option<u8>,
     log_format: Option<String>,
     store: Option<String>,
     on_store_error: Option<String>,
@@ -95,6 +99,8 @@ pub struct GatewayConfig {
     pub shadow: bool,
     /// Send the rate-limit headers of SPEC §7.
     pub headers: bool,
+    /// Which client addresses share a key.
+    pub address_grouping: AddressGrouping,
     /// The store.
     pub store: StoreConfig,
     /// Log format.
@@ -160,6 +166,15 @@ impl GatewayConfig {
             .parse::<TrustedProxies>()
             .map_err(|e| ConfigError::Invalid(format!("trusted_proxies: {e}")))?
             .with_header(forwarded_header);
+        let address_grouping = AddressGrouping::new(
+            args.ipv4_prefix
+                .or(file.ipv4_prefix)
+                .unwrap_or(DEFAULT_IPV4_PREFIX),
+            args.ipv6_prefix
+                .or(file.ipv6_prefix)
+                .unwrap_or(DEFAULT_IPV6_PREFIX),
+        )
+        .map_err(|e| ConfigError::Invalid(format!("client address grouping: {e}")))?;
         Ok(GatewayConfig {
             upstream,
             upstream_tls_ca,
@@ -171,6 +186,7 @@ impl GatewayConfig {
             trusted_proxies,
             shadow: args.shadow || file.shadow.unwrap_or(false),
             headers: !(args.no_headers || file.no_headers.unwrap_or(false)),
+            address_grouping,
             store,
             log_format,
         })
@@ -232,6 +248,7 @@ mod tests {
         assert_eq!(c.upstream_timeout, Duration::from_secs(30));
         assert!(c.trusted_proxies.is_empty());
         assert!(c.headers && !c.shadow);
+        assert_eq!(c.address_grouping, AddressGrouping::default());
         assert_eq!(c.store.choice, crate::store::StoreChoice::Memory);
     }
 
@@ -243,7 +260,8 @@ mod tests {
             &path,
             "upstream = \"http://file:1\"\nlisten = \"127.0.0.1:7000\"\n\
              upstream_timeout = \"2s\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
-             shadow = true\nmemory_max_bytes = 4096\nadmin = \"127.0.0.1:7001\"\n",
+             shadow = true\nmemory_max_bytes = 4096\nadmin = \"127.0.0.1:7001\"\n\
+             ipv6_prefix = 48\nipv4_prefix = 24\n",
         )
         .unwrap();
         let from_file = GatewayConfig::resolve(&GatewayArgs {
@@ -263,15 +281,20 @@ mod tests {
             .contains("11.0.0.1".parse().unwrap()));
         assert!(from_file.shadow);
         assert_eq!(from_file.store.memory_max_bytes, 4096);
+        assert_eq!(from_file.address_grouping.ipv6_prefix(), 48);
+        assert_eq!(from_file.address_grouping.ipv4_prefix(), 24);
 
         let flags = GatewayConfig::resolve(&GatewayArgs {
             config: Some(path),
             upstream: Some("http://flag:2/base".into()),
             upstream_timeout: Some("250ms".into()),
             trusted_proxies: vec!["192.0.2.1".into(), "2001:db8::/32".into()],
+            ipv6_prefix: Some(56),
             ..GatewayArgs::default()
         })
         .unwrap();
+        assert_eq!(flags.address_grouping.ipv6_prefix(), 56);
+        assert_eq!(flags.address_grouping.ipv4_prefix(), 24);
         assert_eq!(flags.upstream.to_string(), "http://flag:2/base");
         assert_eq!(flags.upstream_timeout, Duration::from_millis(250));
         // The flags replace the file's list.
@@ -298,6 +321,13 @@ mod tests {
                 "upstream_tls_ca needs an https://",
             ),
             (args("example.com"), "example.com"),
+            (
+                GatewayArgs {
+                    ipv6_prefix: Some(129),
+                    ..args("http://x")
+                },
+                "an IPv6 prefix length is 1 to 128, not 129",
+            ),
             (
                 GatewayArgs {
                     upstream_timeout: Some("0s".into()),

@@ -117,6 +117,7 @@ async fn serve_on<S: Store>(
     .with_settings(Settings {
         shadow: config.shadow,
         headers: config.headers,
+        address_grouping: config.address_grouping,
         ..Settings::default()
     })
     .with_observer(MetricsObserver::new(Arc::clone(&metrics)));
