@@ -13,6 +13,12 @@
 //! - `unlimited` rules are never counted; a rule with `requests_per_unit: 0`
 //!   rejects every request (the other rules are then only peeked, so a
 //!   denied request counts nowhere);
+//! - each quota rule (`quota_mode: true`, or every rule under the global
+//!   quota switch) is checked and debited on its own, like a shadow rule,
+//!   and its rejection decides the request only when every quota rule of
+//!   the request rejects it: the request is over the limit when an ordinary
+//!   enforced rule is, or when all its quota rules are ([`over_limit`], the
+//!   one place that combines verdicts, shared with the Envoy API);
 //! - with the global shadow switch, every rejection is reported and none
 //!   enforced;
 //! - the top decision is the most constrained one of the enforced rules (of
@@ -45,6 +51,37 @@ pub const RULES_KEY_PREFIX: u8 = b'r';
 /// allocation.
 const COUNTER_KEY_CAPACITY: usize = 128;
 
+/// Whether a request is over the limit, from the verdicts of its enforced
+/// descriptors (those whose rejection is not shadowed), each given as
+/// `(over, quota)`: over when an ordinary (non-quota) descriptor is over,
+/// or when there are quota descriptors and every one of them is over.
+///
+/// This is the one rule every surface (`/v1/check`, the Envoy API over gRPC
+/// and `/json`, the gateway, the tower middleware) combines verdicts with.
+///
+/// ```
+/// use tollgate_rules::check::over_limit;
+/// // One quota descriptor over, another not: still within the limit.
+/// assert!(!over_limit([(true, true), (false, true)]));
+/// // Every quota descriptor over: over the limit.
+/// assert!(over_limit([(true, true), (true, true), (false, false)]));
+/// // An ordinary descriptor over: over the limit, whatever the quotas say.
+/// assert!(over_limit([(true, false), (false, true)]));
+/// assert!(!over_limit([]));
+/// ```
+pub fn over_limit(verdicts: impl IntoIterator<Item = (bool, bool)>) -> bool {
+    let (mut ordinary_over, mut quotas, mut quotas_over) = (false, 0usize, 0usize);
+    for (over, quota) in verdicts {
+        if quota {
+            quotas += 1;
+            quotas_over += usize::from(over);
+        } else {
+            ordinary_over |= over;
+        }
+    }
+    ordinary_over || (quotas > 0 && quotas == quotas_over)
+}
+
 /// One request descriptor's rule and store key.
 #[derive(Debug, Clone)]
 pub struct Planned<'r> {
@@ -64,8 +101,9 @@ impl<'r> Planned<'r> {
         &self.key
     }
 
-    /// With `detailed_metric`, the metric label carrying the request's
-    /// values ([`Rule::metric_label`]); `None` otherwise.
+    /// With `detailed_metric` or `value_to_metric`, the metric label
+    /// carrying the request's values ([`Rule::metric_label`]); `None`
+    /// otherwise.
     pub fn detailed_label(&self) -> Option<&str> {
         self.detailed.as_deref()
     }
@@ -98,6 +136,7 @@ pub type EnforcedLimit<'p, 'r> = (usize, usize, &'r Limit, &'p [u8]);
 pub struct Plan<'r> {
     descriptors: Vec<Option<Planned<'r>>>,
     global_shadow: bool,
+    global_quota: bool,
 }
 
 impl<'r> Plan<'r> {
@@ -132,7 +171,7 @@ impl<'r> Plan<'r> {
                     Planned {
                         rule,
                         key,
-                        detailed: rule.detailed_metric().then(|| rule.metric_label(d)),
+                        detailed: rule.metric_has_values().then(|| rule.metric_label(d)),
                     }
                 })
             })
@@ -140,7 +179,26 @@ impl<'r> Plan<'r> {
         Plan {
             descriptors,
             global_shadow,
+            global_quota: false,
         }
+    }
+
+    /// With `on`, every rule is a quota rule (the global quota switch,
+    /// envoyproxy/ratelimit's `GLOBAL_QUOTA_MODE`): the request is over the
+    /// limit only when every rule that applies is.
+    pub fn with_global_quota(mut self, on: bool) -> Plan<'r> {
+        self.global_quota = on;
+        self
+    }
+
+    /// Whether the global quota switch is on for this plan.
+    pub fn global_quota(&self) -> bool {
+        self.global_quota
+    }
+
+    /// Whether `rule` is a quota rule in this plan.
+    pub fn is_quota(&self, rule: &Rule) -> bool {
+        rule.quota_mode() || self.global_quota
     }
 
     /// Each descriptor's rule and key, in request order.
@@ -153,8 +211,9 @@ impl<'r> Plan<'r> {
         self.global_shadow
     }
 
-    /// Every enforced limit: those of counted rules not in shadow mode,
-    /// checked together.
+    /// Every enforced limit: those of counted rules not in shadow mode
+    /// (quota rules included: [`check`](Plan::check) checks them on their
+    /// own, a reservation books them with the others).
     pub fn enforced(&self) -> Vec<EnforcedLimit<'_, 'r>> {
         let mut out = Vec::new();
         for (d, p) in self.descriptors.iter().enumerate() {
@@ -199,13 +258,20 @@ impl<'r> Plan<'r> {
             })
             .collect();
 
-        // A deny-all rule rejects the request: the others are only peeked.
-        let group_cost = if self.denying_rule().is_some() {
-            0
-        } else {
-            cost
-        };
-        let enforced = self.enforced();
+        // A deny-all rule (not a quota) rejects the request: the other
+        // ordinary rules are only peeked.
+        let group_denied = self
+            .descriptors
+            .iter()
+            .flatten()
+            .any(|p| p.rule.denies_all() && !p.rule.shadow_mode() && !self.is_quota(p.rule));
+        let group_cost = if group_denied { 0 } else { cost };
+        let mut enforced = self.enforced();
+        enforced.retain(|&(d, _, _, _)| {
+            self.descriptors[d]
+                .as_ref()
+                .is_some_and(|p| !self.is_quota(p.rule))
+        });
         if !enforced.is_empty() {
             let requests: Vec<LimitKey<'_>> = enforced
                 .iter()
@@ -216,8 +282,12 @@ impl<'r> Plan<'r> {
                 decisions[d][l] = decision;
             }
         }
+        // Shadow and quota rules: each on its own, always debited.
         for (d, p) in self.descriptors.iter().enumerate() {
-            if let Some(p) = p.as_ref().filter(|p| p.counts() && p.rule.shadow_mode()) {
+            if let Some(p) = p
+                .as_ref()
+                .filter(|p| p.counts() && (p.rule.shadow_mode() || self.is_quota(p.rule)))
+            {
                 let requests: Vec<LimitKey<'_>> = p
                     .rule
                     .limits()

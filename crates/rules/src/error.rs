@@ -28,7 +28,7 @@ pub struct Location {
 ///
 /// let err = RuleSet::from_yaml("domain: api\ndescriptors:\n  - key: user\n    colour: red\n", "api.yaml")
 ///     .unwrap_err();
-/// assert_eq!(err.to_string(), "api.yaml:4:5: unknown field `colour` in a descriptor (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric)");
+/// assert_eq!(err.to_string(), "api.yaml:4:5: unknown field `colour` in a descriptor (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric, share_threshold, quota_mode, metadata, value_to_metric)");
 /// assert_eq!(err.line(), Some(4));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -171,8 +171,8 @@ pub enum ErrorKind {
     /// `domain` is empty.
     #[error("`domain` must not be empty")]
     EmptyDomain,
-    /// Two files define the same domain.
-    #[error("domain {domain:?} is already defined in {first_file}")]
+    /// Two files define the same domain (and domains are not merged).
+    #[error("domain {domain:?} is already defined in {first_file} (--merge-domains merges the files of one domain)")]
     DuplicateDomain {
         /// The domain.
         domain: String,
@@ -189,6 +189,23 @@ pub enum ErrorKind {
         descriptor: String,
         /// Where the first one is.
         first_line: usize,
+    },
+    /// With `--merge-domains`, a descriptor another file of the domain
+    /// already defines.
+    #[error("duplicate descriptor {descriptor} (first at {first_file}:{first_line})")]
+    DuplicateMergedDescriptor {
+        /// The descriptor's rule path.
+        descriptor: String,
+        /// The file that defines it first.
+        first_file: String,
+        /// Where in that file.
+        first_line: usize,
+    },
+    /// With `--merge-domains`, `routes:` in two files of one domain.
+    #[error("`routes` of domain {domain:?} are already given by another of its files; give them in one file")]
+    MergedRoutes {
+        /// The domain.
+        domain: String,
     },
     /// `rate_limit` and `rate_limits` on one descriptor.
     #[error("a descriptor has `rate_limit` or `rate_limits`, not both")]
@@ -282,6 +299,12 @@ pub enum ErrorKind {
     /// A route's `match` with more than one of `path`, `path_prefix`, `path_glob`.
     #[error("a route's match takes one of `path`, `path_prefix` and `path_glob`, not several")]
     SeveralPathMatches,
+    /// `share_threshold: true` on a descriptor whose value has no `*`.
+    #[error("`share_threshold` applies to wildcard values only (a `value` with `*`); {value:?} has none")]
+    ShareThresholdWithoutWildcard {
+        /// The descriptor's value as written (empty when it has none).
+        value: String,
+    },
     /// `nodelay` and `delay` on one route.
     #[error("`nodelay` and `delay` exclude each other (`nodelay` holds no request; `delay: N` holds those queued after the first N)")]
     NodelayAndDelay,

@@ -3,8 +3,9 @@
 //!
 //! The format is envoyproxy/ratelimit's: a file it accepts loads unchanged
 //! and means the same (`domain`, nested `descriptors` with `key`, optional
-//! `value` — exact, or a prefix wildcard ending in `*` — `rate_limit`,
-//! `shadow_mode`, `detailed_metric`, `unlimited`, `name` and `replaces`).
+//! `value` — exact, or a wildcard with `*` anywhere — `rate_limit`,
+//! `shadow_mode`, `detailed_metric`, `share_threshold`, `quota_mode`,
+//! `metadata`, `unlimited`, `name` and `replaces`).
 //! tollgate adds, on each `rate_limit`, an `algorithm` (default
 //! `fixed_window`, envoy's behaviour), `burst`, `step`, `window` and
 //! `lease_ttl`, and a list form `rate_limits:` for several limits on one
@@ -68,6 +69,8 @@
 //!   with its place.
 //! - `rule`: [`Rule`], [`RateLimitUnit`], [`ReportedLimit`], counter keys.
 //! - `matcher`: [`Domain`] and matching one descriptor to one rule.
+//! - `metadata`: [`MetadataValue`], a descriptor's `metadata` mapping.
+//! - `wildcard`: wildcard values, compiled, and their per-level index.
 //! - `resolve`: [`Descriptor`], [`Resolved`], and `replaces`.
 //! - `ruleset`: [`RuleSet`], reading files and directories.
 //! - `route`, `route_parse`, `glob`: [`Route`]s, the `routes:` list that
@@ -82,6 +85,7 @@ pub mod check;
 mod error;
 mod glob;
 mod matcher;
+mod metadata;
 mod parse;
 mod resolve;
 mod route;
@@ -89,16 +93,18 @@ mod route_parse;
 mod rule;
 mod ruleset;
 pub mod watch;
+mod wildcard;
 mod yaml;
 
 pub use error::{ErrorKind, Location, RulesError, UnknownDomain};
 pub use glob::PathGlob;
 pub use matcher::Domain;
+pub use metadata::{Metadata, MetadataValue};
 pub use resolve::{Descriptor, Resolved};
 pub use route::{
     Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
     MAX_ROUTE_TEXT,
 };
 pub use rule::{PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch};
-pub use ruleset::{RuleSet, MAX_FILE_BYTES};
+pub use ruleset::{LoadOptions, RuleSet, MAX_FILE_BYTES};
 pub use yaml::{MAX_DEPTH, MAX_NODES};

@@ -4,9 +4,10 @@
 //!
 //! Entries are walked one by one from the top level. At each level the
 //! entry's key picks the candidates, tried in this order: the descriptor
-//! with exactly the entry's value; then the wildcard descriptors (`value`
-//! ending in `*`, a prefix match) in file order; then the key-only
-//! descriptor. There is no backtracking: once a candidate is taken, a
+//! with exactly the entry's value; then the first wildcard descriptor in
+//! file order whose `value` (with `*` anywhere, any number of times)
+//! matches — found through a [`WildcardIndex`], which tries only the
+//! patterns that can match; then the key-only descriptor. There is no backtracking: once a candidate is taken, a
 //! later mismatch deeper down means no rule. A rule applies only when the
 //! walk ends on the request's last entry at a descriptor that has a
 //! `rate_limit`; a matched descriptor without one gives no rule.
@@ -15,10 +16,12 @@
 //! `parse`, and `replaces` across descriptors is `resolve`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::resolve::Descriptor;
 use crate::route::Route;
 use crate::rule::{Rule, ValueMatch};
+use crate::wildcard::{WildcardIndex, WildcardPattern};
 
 /// Index of a node in a domain's node list.
 pub(crate) type NodeId = usize;
@@ -27,8 +30,8 @@ pub(crate) type NodeId = usize;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct KeyBranch {
     exact: HashMap<String, NodeId>,
-    /// (prefix, node), in file order.
-    prefixes: Vec<(String, NodeId)>,
+    /// The wildcard values, in file order.
+    wildcards: WildcardIndex,
     any: Option<NodeId>,
 }
 
@@ -37,19 +40,14 @@ impl KeyBranch {
         self.exact
             .get(value)
             .copied()
-            .or_else(|| {
-                self.prefixes
-                    .iter()
-                    .find(|(p, _)| value.starts_with(p.as_str()))
-                    .map(|(_, n)| *n)
-            })
+            .or_else(|| self.wildcards.find(value))
             .or(self.any)
     }
 
     fn slot(&mut self, value: &ValueMatch) -> Option<NodeId> {
         match value {
             ValueMatch::Exact(v) => self.exact.get(v).copied(),
-            ValueMatch::Prefix(p) => self.prefixes.iter().find(|(q, _)| q == p).map(|(_, n)| *n),
+            ValueMatch::Wildcard(p) => self.wildcards.get(p),
             ValueMatch::Any => self.any,
         }
     }
@@ -64,6 +62,9 @@ pub(crate) struct TreeNode {
     children: HashMap<String, KeyBranch>,
     /// The line of the descriptor, for duplicate errors.
     line: usize,
+    /// The file of the descriptor (a merged domain spans several), for
+    /// duplicate errors.
+    file: Arc<str>,
 }
 
 /// One domain: its rules and the tree that finds them.
@@ -171,15 +172,15 @@ impl Domain {
     }
 
     /// The node for `value` under key `key` below `parent`, if the level
-    /// already has one (a duplicate), with its line.
+    /// already has one (a duplicate), with its file and line.
     pub(crate) fn existing(
         &mut self,
         parent: NodeId,
         key: &str,
         value: &ValueMatch,
-    ) -> Option<usize> {
+    ) -> Option<(Arc<str>, usize)> {
         let id = self.nodes[parent].children.get_mut(key)?.slot(value)?;
-        Some(self.nodes[id].line)
+        Some((Arc::clone(&self.nodes[id].file), self.nodes[id].line))
     }
 
     /// Adds a descriptor below `parent`; the caller has checked it is new.
@@ -189,12 +190,14 @@ impl Domain {
         key: &str,
         value: ValueMatch,
         line: usize,
+        file: &Arc<str>,
     ) -> NodeId {
         let id = self.nodes.len();
         self.nodes.push(TreeNode {
             rule: None,
             children: HashMap::new(),
             line,
+            file: Arc::clone(file),
         });
         let branch = self.nodes[parent]
             .children
@@ -204,7 +207,11 @@ impl Domain {
             ValueMatch::Exact(v) => {
                 branch.exact.insert(v, id);
             }
-            ValueMatch::Prefix(p) => branch.prefixes.push((p, id)),
+            ValueMatch::Wildcard(p) => {
+                if let Some(pattern) = WildcardPattern::compile(&p) {
+                    branch.wildcards.push(pattern, id);
+                }
+            }
             ValueMatch::Any => branch.any = Some(id),
         }
         id

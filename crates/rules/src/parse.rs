@@ -7,6 +7,8 @@
 //! names the line and column of the offending node. It does not read files
 //! (`ruleset`) or match requests (`matcher`).
 
+use std::sync::Arc;
+
 use tollgate_core::rate::parse_duration;
 use tollgate_core::{AlgorithmName, Limit, LimitError, Rate};
 
@@ -24,6 +26,10 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "descriptors",
     "shadow_mode",
     "detailed_metric",
+    "share_threshold",
+    "quota_mode",
+    "metadata",
+    "value_to_metric",
 ];
 const RATE_LIMIT_FIELDS: &[&str] = &[
     "unit",
@@ -56,6 +62,18 @@ pub(crate) type Result<T> = std::result::Result<T, RulesError>;
 
 /// Parses one rules file's text into its domain.
 pub(crate) fn parse_domain(text: &str, file: &str) -> Result<Domain> {
+    parse_domain_into(text, file, |_| None)
+}
+
+/// Parses one rules file's text into its domain, adding its descriptors to
+/// the domain `existing` hands back for the file's domain name, if any (a
+/// domain merged from several files); a descriptor the existing domain
+/// already has is an error naming both places.
+pub(crate) fn parse_domain_into(
+    text: &str,
+    file: &str,
+    existing: impl FnOnce(&str) -> Option<Domain>,
+) -> Result<Domain> {
     let root = yaml::parse(text).map_err(|(at, kind)| match at {
         Some(at) => RulesError::at(file, at, kind),
         None => RulesError::file(file, kind),
@@ -71,8 +89,11 @@ pub(crate) fn parse_domain(text: &str, file: &str) -> Result<Domain> {
             },
         ));
     };
-    let mut parser = FileParser { file };
-    parser.file(&root)
+    let mut parser = FileParser {
+        file,
+        file_label: Arc::from(file),
+    };
+    parser.file(&root, existing)
 }
 
 /// A mapping's fields, checked against the allowed names.
@@ -102,6 +123,16 @@ impl<'n> Fields<'n> {
 
 pub(crate) struct FileParser<'f> {
     pub(crate) file: &'f str,
+    /// The same, shared by the descriptors it defines.
+    file_label: Arc<str>,
+}
+
+/// A descriptor's switches, as its mapping gives them.
+#[derive(Debug, Clone, Copy)]
+struct RuleFlags {
+    shadow_mode: bool,
+    detailed_metric: bool,
+    quota_mode: bool,
 }
 
 /// A rate limit as one mapping says it, before it joins a rule.
@@ -123,7 +154,11 @@ impl<'f> FileParser<'f> {
         RulesError::at(self.file, at, kind)
     }
 
-    fn file(&mut self, root: &Node) -> Result<Domain> {
+    fn file(
+        &mut self,
+        root: &Node,
+        existing: impl FnOnce(&str) -> Option<Domain>,
+    ) -> Result<Domain> {
         let fields = self.fields(root, "the file", "the file", FILE_FIELDS)?;
         let Some(domain_node) = fields.get("domain") else {
             let at = fields.key_at("domain").unwrap_or(fields.at);
@@ -141,11 +176,17 @@ impl<'f> FileParser<'f> {
         if name.is_empty() {
             return Err(self.err(domain_node.at, ErrorKind::EmptyDomain));
         }
-        let mut domain = Domain::new(name.clone(), self.file.to_string(), domain_node.at.line);
+        let mut domain = existing(&name).unwrap_or_else(|| {
+            Domain::new(name.clone(), self.file.to_string(), domain_node.at.line)
+        });
         if let Some(list) = fields.get("descriptors") {
             self.descriptors(&mut domain, list, 0, &name, &[])?;
         }
         if let Some(list) = fields.get("routes") {
+            if domain.routes().is_some() {
+                let at = fields.key_at("routes").unwrap_or(fields.at);
+                return Err(self.err(at, ErrorKind::MergedRoutes { domain: name }));
+            }
             domain.set_routes(self.routes(list)?);
         }
         Ok(domain)
@@ -200,27 +241,52 @@ impl<'f> FileParser<'f> {
         } else {
             format!("{parent_id}.{key}_{value_text}")
         };
-        let value = match value_text.strip_suffix('*') {
-            _ if value_text.is_empty() => ValueMatch::Any,
-            Some(prefix) => ValueMatch::Prefix(prefix.to_string()),
-            None => ValueMatch::Exact(value_text),
+        let value = if value_text.is_empty() {
+            ValueMatch::Any
+        } else if value_text.contains('*') {
+            ValueMatch::Wildcard(value_text.clone())
+        } else {
+            ValueMatch::Exact(value_text.clone())
         };
-        if let Some(first_line) = domain.existing(parent, &key, &value) {
+        let share_threshold = self.flag(&fields, "share_threshold")?;
+        if share_threshold && !matches!(value, ValueMatch::Wildcard(_)) {
+            let at = fields.key_at("share_threshold").unwrap_or(fields.at);
             return Err(self.err(
-                fields.at,
+                at,
+                ErrorKind::ShareThresholdWithoutWildcard { value: value_text },
+            ));
+        }
+        if let Some((first_file, first_line)) = domain.existing(parent, &key, &value) {
+            let kind = if *first_file == *self.file {
                 ErrorKind::DuplicateDescriptor {
                     descriptor: id,
                     first_line,
-                },
-            ));
+                }
+            } else {
+                ErrorKind::DuplicateMergedDescriptor {
+                    descriptor: id,
+                    first_file: first_file.to_string(),
+                    first_line,
+                }
+            };
+            return Err(self.err(fields.at, kind));
         }
-        let shadow_mode = self.flag(&fields, "shadow_mode")?;
-        let detailed_metric = self.flag(&fields, "detailed_metric")?;
+        let flags = RuleFlags {
+            shadow_mode: self.flag(&fields, "shadow_mode")?,
+            detailed_metric: self.flag(&fields, "detailed_metric")?,
+            quota_mode: self.flag(&fields, "quota_mode")?,
+        };
+        let metadata = match fields.get("metadata") {
+            Some(node) => Some(std::sync::Arc::new(self.metadata(node)?)),
+            None => None,
+        };
         let step = PathStep {
             key: key.clone(),
             value: value.clone(),
+            share_threshold,
+            value_to_metric: self.flag(&fields, "value_to_metric")?,
         };
-        let node = domain.add(parent, &key, value, fields.at.line);
+        let node = domain.add(parent, &key, value, fields.at.line, &self.file_label);
         let mut path = path.to_vec();
         path.push(step);
 
@@ -234,15 +300,8 @@ impl<'f> FileParser<'f> {
             (None, None) => None,
         };
         if let Some(specs) = specs {
-            let rule = self.rule(
-                domain.name(),
-                &id,
-                &path,
-                specs,
-                shadow_mode,
-                detailed_metric,
-                fields.at.line,
-            )?;
+            let mut rule = self.rule(domain.name(), &id, &path, specs, flags, fields.at.line)?;
+            rule.metadata = metadata;
             domain.set_rule(node, rule);
         }
         if let Some(nested) = fields.get("descriptors") {
@@ -261,15 +320,13 @@ impl<'f> FileParser<'f> {
         items.iter().map(|item| self.limit(item, false)).collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn rule(
         &self,
         domain: &str,
         id: &str,
         path: &[PathStep],
         specs: Vec<LimitSpec>,
-        shadow_mode: bool,
-        detailed_metric: bool,
+        flags: RuleFlags,
         line: usize,
     ) -> Result<Rule> {
         let mut name: Option<(String, Location)> = None;
@@ -330,8 +387,10 @@ impl<'f> FileParser<'f> {
             reported,
             unlimited,
             denies_all,
-            shadow_mode,
-            detailed_metric,
+            shadow_mode: flags.shadow_mode,
+            detailed_metric: flags.detailed_metric,
+            quota_mode: flags.quota_mode,
+            metadata: None,
             key_prefix: key_prefix(domain, path),
             line,
         })
@@ -610,7 +669,7 @@ fn expected_list(allowed: &'static [&'static str]) -> &'static str {
     match allowed {
         a if a == FILE_FIELDS => "domain, descriptors, routes",
         a if a == DESCRIPTOR_FIELDS => {
-            "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric"
+            "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric, share_threshold, quota_mode, metadata, value_to_metric"
         }
         a if a == RATE_LIMIT_FIELDS => {
             "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, lease_ttl"

@@ -6,10 +6,13 @@
 //! request to a rule is `matcher`, and building rules from YAML is `parse`.
 
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 
 use tollgate_core::Limit;
 
+use crate::metadata::Metadata;
 use crate::resolve::Descriptor;
+use crate::wildcard::WildcardPattern;
 
 /// envoyproxy/ratelimit's units (`RateLimitResponse.RateLimit.Unit`), with
 /// their wire numbers.
@@ -131,8 +134,9 @@ pub struct ReportedLimit {
 pub enum ValueMatch {
     /// `value: x` — exactly `x`.
     Exact(String),
-    /// `value: x*` — any value starting with `x` (the trailing `*` removed).
-    Prefix(String),
+    /// A `value` with `*` in it, as written (`foo*`, `*bar`, `foo*bar*baz`):
+    /// each `*` matches any run of characters, none included.
+    Wildcard(String),
     /// No `value` — any value; each distinct value gets its own counter.
     Any,
 }
@@ -144,6 +148,12 @@ pub struct PathStep {
     pub key: String,
     /// How the entry's value matches.
     pub value: ValueMatch,
+    /// `share_threshold: true` (wildcard values only): every value the
+    /// wildcard matches draws on one counter, named by the pattern.
+    pub share_threshold: bool,
+    /// `value_to_metric: true`: the metric label names this level by the
+    /// request's value (`key_value`), not as the rule is written.
+    pub value_to_metric: bool,
 }
 
 /// One rule: the descriptor of a rules file that a request descriptor
@@ -165,6 +175,8 @@ pub struct Rule {
     pub(crate) denies_all: bool,
     pub(crate) shadow_mode: bool,
     pub(crate) detailed_metric: bool,
+    pub(crate) quota_mode: bool,
+    pub(crate) metadata: Option<Arc<Metadata>>,
     pub(crate) key_prefix: Vec<u8>,
     pub(crate) line: usize,
 }
@@ -184,6 +196,8 @@ impl PartialEq for Rule {
             && self.denies_all == other.denies_all
             && self.shadow_mode == other.shadow_mode
             && self.detailed_metric == other.detailed_metric
+            && self.quota_mode == other.quota_mode
+            && self.metadata == other.metadata
     }
 }
 
@@ -251,6 +265,21 @@ impl Rule {
         self.shadow_mode
     }
 
+    /// `quota_mode: true`: the rule is a quota. It is checked and debited on
+    /// its own, and its rejection decides the request only when every quota
+    /// rule of the request rejects it (see
+    /// [`check::over_limit`](crate::check::over_limit)).
+    pub fn quota_mode(&self) -> bool {
+        self.quota_mode
+    }
+
+    /// The descriptor's `metadata` mapping, if it has one: what the gRPC
+    /// answer's `dynamic_metadata` carries when the descriptor passes (with
+    /// `--response-dynamic-metadata`).
+    pub fn metadata(&self) -> Option<&Arc<Metadata>> {
+        self.metadata.as_ref()
+    }
+
     /// `detailed_metric: true`: metrics carry the request's values (see
     /// [`metric_label`](Rule::metric_label)).
     pub fn detailed_metric(&self) -> bool {
@@ -262,17 +291,44 @@ impl Rule {
         self.line
     }
 
+    /// Whether the metric label carries request values: with
+    /// `detailed_metric`, or `value_to_metric` on any level. The server caps
+    /// how many distinct labels one rule makes (`--metric-values-per-rule`).
+    pub fn metric_has_values(&self) -> bool {
+        self.detailed_metric || self.path.iter().any(|step| step.value_to_metric)
+    }
+
     /// The metric label for a request this rule matched: [`id`](Rule::id),
     /// and with `detailed_metric`, `_value` appended for each level matched
     /// by a wildcard or key-only descriptor (the levels whose value the id
-    /// does not already name), as envoyproxy/ratelimit appends the value.
+    /// does not already name), as envoyproxy/ratelimit appends the value. A
+    /// level with `share_threshold` has one counter for all its values and
+    /// adds nothing: the id already names its pattern.
+    ///
+    /// Without `detailed_metric` (which takes precedence, as in
+    /// envoyproxy/ratelimit), each level with `value_to_metric` is named
+    /// `key_value` with the request's value, the others as in the id:
+    /// `api.path_/users/42` for a key-only `path` level.
     pub fn metric_label<D: Descriptor + ?Sized>(&self, descriptor: &D) -> String {
         if !self.detailed_metric {
-            return self.id.clone();
+            if !self.metric_has_values() {
+                return self.id.clone();
+            }
+            let mut label = self.domain.clone();
+            for (i, step) in self.path.iter().enumerate() {
+                let _ = write!(label, ".{}", step.key);
+                let value = match &step.value {
+                    _ if step.value_to_metric && i < descriptor.len() => descriptor.entry(i).1,
+                    ValueMatch::Exact(v) | ValueMatch::Wildcard(v) => v.as_str(),
+                    ValueMatch::Any => continue,
+                };
+                let _ = write!(label, "_{value}");
+            }
+            return label;
         }
         let mut label = self.id.clone();
         for (i, step) in self.path.iter().enumerate() {
-            if matches!(step.value, ValueMatch::Exact(_)) {
+            if matches!(step.value, ValueMatch::Exact(_)) || step.share_threshold {
                 continue;
             }
             if i < descriptor.len() {
@@ -289,11 +345,18 @@ impl Rule {
     ///
     /// Every request value is part of the key, as in envoyproxy/ratelimit's
     /// cache key: key-only and wildcard levels give one counter per distinct
-    /// value; exact levels have one value, so one counter.
+    /// value; exact levels have one value, so one counter. A wildcard level
+    /// with `share_threshold` writes `*` in place of the value (no part
+    /// starts with `*`, they start with their length), so every value the
+    /// pattern matches shares one counter.
     pub fn write_counter_key<D: Descriptor + ?Sized>(&self, descriptor: &D, buf: &mut Vec<u8>) {
         buf.extend_from_slice(&self.key_prefix);
         for i in 0..descriptor.len() {
-            push_part(buf, descriptor.entry(i).1.as_bytes());
+            if self.path.get(i).is_some_and(|step| step.share_threshold) {
+                buf.push(b'*');
+            } else {
+                push_part(buf, descriptor.entry(i).1.as_bytes());
+            }
         }
     }
 
@@ -336,10 +399,20 @@ pub(crate) fn key_prefix(domain: &str, path: &[PathStep]) -> Vec<u8> {
                 buf.push(b'=');
                 push_part(&mut buf, v.as_bytes());
             }
-            ValueMatch::Prefix(p) => {
-                buf.push(b'*');
-                push_part(&mut buf, p.as_bytes());
-            }
+            ValueMatch::Wildcard(p) => match WildcardPattern::compile(p)
+                .as_ref()
+                .and_then(WildcardPattern::plain_prefix)
+            {
+                // A plain prefix keeps the key earlier versions gave it.
+                Some(prefix) => {
+                    buf.push(b'*');
+                    push_part(&mut buf, prefix.as_bytes());
+                }
+                None => {
+                    buf.push(b'~');
+                    push_part(&mut buf, p.as_bytes());
+                }
+            },
             ValueMatch::Any => buf.push(b'?'),
         }
     }

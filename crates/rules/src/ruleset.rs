@@ -14,11 +14,21 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{ErrorKind, RulesError, UnknownDomain};
 use crate::matcher::Domain;
-use crate::parse::parse_domain;
+use crate::parse::{parse_domain, parse_domain_into};
 use crate::resolve::{self, Descriptor, Resolved};
 
 /// The largest rules file accepted: 16 MiB.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How rules files are loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Files that name the same domain make one domain (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`), read in load order; a descriptor two of them
+    /// define is still an error naming both places. Without it, a domain in
+    /// two files is an error.
+    pub merge_domains: bool,
+}
 
 /// Every loaded domain, by name.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -49,7 +59,23 @@ impl RuleSet {
     /// assert_eq!(rules.domains().map(|d| d.name()).collect::<Vec<_>>(), ["api", "mail"]);
     /// ```
     pub fn load(path: impl AsRef<Path>) -> Result<RuleSet, RulesError> {
-        Self::from_snapshot(&read_snapshot(path.as_ref())?)
+        Self::load_with(path, LoadOptions::default())
+    }
+
+    /// [`load`](RuleSet::load) with `options`.
+    ///
+    /// ```
+    /// use tollgate_rules::{LoadOptions, RuleSet};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let rule = "    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    /// std::fs::write(dir.path().join("a.yaml"), format!("domain: api\ndescriptors:\n  - key: a\n{rule}")).unwrap();
+    /// std::fs::write(dir.path().join("b.yaml"), format!("domain: api\ndescriptors:\n  - key: b\n{rule}")).unwrap();
+    /// assert!(RuleSet::load(dir.path()).is_err());
+    /// let merged = RuleSet::load_with(dir.path(), LoadOptions { merge_domains: true }).unwrap();
+    /// assert_eq!(merged.domain("api").unwrap().rules().len(), 2);
+    /// ```
+    pub fn load_with(path: impl AsRef<Path>, options: LoadOptions) -> Result<RuleSet, RulesError> {
+        Self::from_snapshot(&read_snapshot(path.as_ref())?, options)
     }
 
     /// Parses one file's text; `file_label` names it in errors.
@@ -64,12 +90,20 @@ impl RuleSet {
         Ok(set)
     }
 
-    pub(crate) fn from_snapshot(snapshot: &Snapshot) -> Result<RuleSet, RulesError> {
+    pub(crate) fn from_snapshot(
+        snapshot: &Snapshot,
+        options: LoadOptions,
+    ) -> Result<RuleSet, RulesError> {
         let mut set = RuleSet::default();
         for (label, bytes) in &snapshot.files {
             let text = std::str::from_utf8(bytes)
                 .map_err(|_| RulesError::file(label, ErrorKind::NotUtf8))?;
-            set.insert(parse_domain(text, label)?)?;
+            let domain = if options.merge_domains {
+                parse_domain_into(text, label, |name| set.domains.remove(name))?
+            } else {
+                parse_domain(text, label)?
+            };
+            set.insert(domain)?;
         }
         Ok(set)
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::error::RulesError;
-use crate::ruleset::{read_snapshot, RuleSet};
+use crate::ruleset::{read_snapshot, LoadOptions, RuleSet};
 
 /// How a [`RulesWatcher`] looks for changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub struct WatchOptions {
     /// Whether to listen to filesystem events at all (default true);
     /// without them changes are found by polling alone.
     pub events: bool,
+    /// How each new content is loaded (default: domains not merged).
+    pub load: LoadOptions,
 }
 
 impl Default for WatchOptions {
@@ -52,6 +54,7 @@ impl Default for WatchOptions {
             poll_interval: Duration::from_secs(1),
             debounce: Duration::from_millis(100),
             events: true,
+            load: LoadOptions::default(),
         }
     }
 }
@@ -240,7 +243,7 @@ impl<F: FnMut(Result<RuleSet, RulesError>)> State<F> {
         let loaded = match read_snapshot(&self.path) {
             Ok(snapshot) => {
                 snapshot.hash(&mut hasher);
-                RuleSet::from_snapshot(&snapshot)
+                RuleSet::from_snapshot(&snapshot, self.options.load)
             }
             Err(e) => {
                 e.to_string().hash(&mut hasher);

@@ -48,7 +48,7 @@ fn a_domain_in_two_files_is_an_error_naming_both() {
     let second = dir.path().join("2-second.yaml").display().to_string();
     assert_eq!(
         err.to_string(),
-        format!("{second}:2:1: domain \"api\" is already defined in {first}")
+        format!("{second}:2:1: domain \"api\" is already defined in {first} (--merge-domains merges the files of one domain)")
     );
 }
 

@@ -82,6 +82,10 @@ pub struct DescriptorOutcome<'r> {
     /// The rule's rejection is not enforced: it is in `shadow_mode`, or the
     /// global shadow switch is on.
     pub shadow: bool,
+    /// The rule is a quota (`quota_mode`, or the global quota switch): its
+    /// rejection decides the request only when every quota rule of the
+    /// request rejects it.
+    pub quota: bool,
     /// With `detailed_metric`, the metric label with the request's values.
     pub detailed: Option<String>,
 }
@@ -130,6 +134,9 @@ pub struct Outcome<'r> {
     pub allowed: bool,
     /// A rule whose rejection is not enforced rejected the request.
     pub shadow_rejected: bool,
+    /// Every quota rule of the request rejected it (false when it had
+    /// none), which makes the request over the limit.
+    pub quotas_exhausted: bool,
     /// The most constrained decision of the enforced rules (of the
     /// `shadow_mode` rules when no enforced rule applied); `None` when no
     /// counted rule applied.
@@ -139,18 +146,27 @@ pub struct Outcome<'r> {
 impl<'r> Outcome<'r> {
     pub(super) fn sum(plan: Plan<'r>, decisions: Vec<Vec<Decision>>) -> Outcome<'r> {
         let global_shadow = plan.global_shadow;
+        let global_quota = plan.global_quota;
         let mut top_enforced: Option<Decision> = None;
         let mut top_shadow: Option<Decision> = None;
         let mut shadow_rejected = false;
-        let mut allowed = true;
-        let descriptors = plan
+        // (over, quota) of every rule whose rejection is not shadowed.
+        let mut verdicts: Vec<(bool, bool)> = Vec::new();
+        // The quota rules' decisions, kept apart until it is known whether
+        // they decide the request.
+        let mut quota_decisions: Vec<Decision> = Vec::new();
+        let descriptors: Vec<_> = plan
             .descriptors
             .into_iter()
             .zip(decisions)
             .map(|(p, limits)| {
                 let p = p?;
                 let rule = p.rule;
+                let quota = (rule.quota_mode() || global_quota) && !rule.shadow_mode();
                 let decision = if rule.unlimited() {
+                    if !rule.shadow_mode() {
+                        verdicts.push((false, quota));
+                    }
                     Decision {
                         allowed: true,
                         ..Decision::default()
@@ -165,14 +181,17 @@ impl<'r> Outcome<'r> {
                             .reduce(Decision::most_constrained)
                             .unwrap_or_default()
                     };
-                    let top = if rule.shadow_mode() {
+                    if rule.shadow_mode() {
                         shadow_rejected |= !decision.allowed;
-                        &mut top_shadow
+                        top_shadow = Some(most_constrained(top_shadow, decision));
                     } else {
-                        allowed &= decision.allowed;
-                        &mut top_enforced
-                    };
-                    *top = Some(top.map_or(decision, |t| t.most_constrained(decision)));
+                        verdicts.push((!decision.allowed, quota));
+                        if quota {
+                            quota_decisions.push(decision);
+                        } else {
+                            top_enforced = Some(most_constrained(top_enforced, decision));
+                        }
+                    }
                     decision
                 };
                 Some(DescriptorOutcome {
@@ -181,10 +200,21 @@ impl<'r> Outcome<'r> {
                     decisions: limits,
                     decision,
                     shadow: rule.shadow_mode() || global_shadow,
+                    quota,
                     detailed: p.detailed,
                 })
             })
             .collect();
+        let mut allowed = !super::over_limit(verdicts.iter().copied());
+        let quotas_exhausted = verdicts.iter().any(|&(_, quota)| quota)
+            && verdicts.iter().all(|&(over, quota)| over || !quota);
+        // Quota rules shape the top decision with what they admitted, and
+        // with their rejections only when those decide the request.
+        for decision in quota_decisions {
+            if decision.allowed || quotas_exhausted {
+                top_enforced = Some(most_constrained(top_enforced, decision));
+            }
+        }
         if global_shadow && !allowed {
             shadow_rejected = true;
             allowed = true;
@@ -193,6 +223,7 @@ impl<'r> Outcome<'r> {
             descriptors,
             allowed,
             shadow_rejected,
+            quotas_exhausted,
             top: top_enforced.or(top_shadow),
         }
     }
@@ -208,14 +239,21 @@ impl<'r> Outcome<'r> {
     }
 
     /// The enforced rule that rejected the request (the one with the
-    /// longest wait), if any.
+    /// longest wait), if any; a quota rule only when every quota rule
+    /// rejected it.
     pub fn rejecting_rule(&self) -> Option<&DescriptorOutcome<'r>> {
         self.descriptors
             .iter()
             .flatten()
             .filter(|d| !d.rule.shadow_mode() && !d.decision.allowed)
+            .filter(|d| !d.quota || self.quotas_exhausted)
             .max_by_key(|d| d.decision.retry_after)
     }
+}
+
+/// `decision` folded into `top`.
+fn most_constrained(top: Option<Decision>, decision: Decision) -> Decision {
+    top.map_or(decision, |t| t.most_constrained(decision))
 }
 
 /// The decision of a rule that rejects every request: wait one unit.
