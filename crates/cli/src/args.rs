@@ -98,6 +98,11 @@ pub struct ServeArgs {
     /// (Envoy passes them on to the client).
     #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS")]
     pub response_headers: bool,
+    /// Fill the gRPC answer's dynamic_metadata with the domain, the
+    /// descriptors, hitsAddend and the merged `metadata` of the descriptors
+    /// that passed (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "TOLLGATE_RESPONSE_DYNAMIC_METADATA")]
+    pub response_dynamic_metadata: bool,
     /// Rules file or directory (reloaded when it changes).
     #[arg(long, env = "TOLLGATE_RULES")]
     pub rules: Option<PathBuf>,
@@ -121,6 +126,20 @@ pub struct ServeArgs {
     /// Shadow mode for every rule: decide, count, report, never reject.
     #[arg(long, env = "TOLLGATE_SHADOW")]
     pub shadow: bool,
+    /// Quota mode for every rule: a request is over the limit only when
+    /// every rule that applies to it is (envoyproxy/ratelimit's
+    /// GLOBAL_QUOTA_MODE).
+    #[arg(long, env = "TOLLGATE_QUOTA_MODE")]
+    pub quota_mode: bool,
+    /// Files that name the same domain make one domain (envoyproxy/ratelimit's
+    /// MERGE_DOMAIN_CONFIG); a descriptor defined twice is still an error.
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+    /// The most distinct metric labels carrying request values
+    /// (detailed_metric, value_to_metric) one rule makes; later values
+    /// count under `<rule>._other_` [default: 1000].
+    #[arg(long, env = "TOLLGATE_METRIC_VALUES_PER_RULE")]
+    pub metric_values_per_rule: Option<usize>,
     /// Largest request body in bytes [default: 65536].
     #[arg(long, env = "TOLLGATE_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -233,6 +252,20 @@ pub struct GatewayArgs {
     /// Shadow mode for every rule: decide, count, report, never reject.
     #[arg(long, env = "TOLLGATE_SHADOW")]
     pub shadow: bool,
+    /// Quota mode for every rule: a request is over the limit only when
+    /// every rule that applies to it is (envoyproxy/ratelimit's
+    /// GLOBAL_QUOTA_MODE).
+    #[arg(long, env = "TOLLGATE_QUOTA_MODE")]
+    pub quota_mode: bool,
+    /// Files that name the same domain make one domain (envoyproxy/ratelimit's
+    /// MERGE_DOMAIN_CONFIG); a descriptor defined twice is still an error.
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+    /// The most distinct metric labels carrying request values
+    /// (detailed_metric, value_to_metric) one rule makes; later values
+    /// count under `<rule>._other_` [default: 1000].
+    #[arg(long, env = "TOLLGATE_METRIC_VALUES_PER_RULE")]
+    pub metric_values_per_rule: Option<usize>,
     /// Leave out the rate-limit headers.
     #[arg(long, env = "TOLLGATE_NO_HEADERS")]
     pub no_headers: bool,
@@ -259,6 +292,10 @@ pub struct GatewayArgs {
 pub struct CheckRulesArgs {
     /// A rules file or a directory of them.
     pub path: PathBuf,
+    /// Files that name the same domain make one domain (envoyproxy/ratelimit's
+    /// MERGE_DOMAIN_CONFIG); a descriptor defined twice is still an error.
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
 }
 
 /// `tollgate simulate`.

@@ -29,6 +29,7 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::headers::AppliedLimit;
 use crate::metrics::Verdict;
+use crate::settings::Settings;
 use crate::target::Target;
 use crate::wire::{DecisionBody, DecisionFields, ReleasedBody, StatusBody};
 
@@ -69,7 +70,7 @@ pub async fn reserve<S: Store>(
             descriptors,
         } => {
             let rules = app.rules();
-            let plan = resolve(&rules, domain, descriptors, app.settings().shadow)?;
+            let plan = resolve(&rules, domain, descriptors, app.settings())?;
             let enforced = plan.enforced();
             let limits: Vec<(&Limit, &[u8])> = enforced
                 .iter()
@@ -138,7 +139,7 @@ pub async fn release<S: Store>(
             descriptors,
         } => {
             let rules = app.rules();
-            let plan = resolve(&rules, domain, descriptors, app.settings().shadow)?;
+            let plan = resolve(&rules, domain, descriptors, app.settings())?;
             for p in plan.descriptors().iter().flatten() {
                 for limit in p.rule().limits() {
                     if limit.algorithm == AlgorithmName::Concurrency {
@@ -211,9 +212,10 @@ fn resolve<'r>(
     rules: &'r RuleSet,
     domain: &str,
     descriptors: &[Vec<(String, String)>],
-    global_shadow: bool,
+    settings: &Settings,
 ) -> Result<Plan<'r>, ApiError> {
-    Plan::resolve(rules, domain, descriptors, global_shadow)
+    Plan::resolve(rules, domain, descriptors, settings.shadow)
+        .map(|plan| plan.with_global_quota(settings.quota_mode))
         .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))
 }
 
@@ -225,7 +227,7 @@ async fn check_rules<S: Store>(
     cost: u64,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let rules = app.rules();
-    let plan = resolve(&rules, domain, descriptors, app.settings().shadow)?;
+    let plan = resolve(&rules, domain, descriptors, app.settings())?;
     let outcome = store(app, plan.check(app.store(), at, cost).await)?;
 
     let mut statuses = Vec::with_capacity(outcome.descriptors.len());

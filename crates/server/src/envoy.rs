@@ -11,11 +11,18 @@
 //! `limit` override replaces the configured limit with a fixed window of
 //! that size, counted under the descriptor's entries. An unknown domain is
 //! not an error here: every descriptor is `OK` without a limit.
+//!
+//! A descriptor of a quota rule (`quota_mode: true`, or every descriptor
+//! under `--quota-mode`) keeps its own `OVER_LIMIT` code, but the overall
+//! code is `OVER_LIMIT` only as `tollgate_rules::check::over_limit` says:
+//! when an ordinary descriptor is over, or every quota descriptor is.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Rate, Store};
-use tollgate_rules::{Descriptor, RateLimitUnit, Rule};
+use tollgate_rules::check::over_limit;
+use tollgate_rules::{Descriptor, Metadata, RateLimitUnit, Rule};
 
 use crate::app::App;
 use crate::decide::store;
@@ -105,8 +112,16 @@ pub struct EnvoyResponse {
     pub applied: Vec<AppliedLimit<'static>>,
     /// The most constrained decision.
     pub top: Option<Decision>,
+    /// The `metadata` of every descriptor that passed (code `OK`) under a
+    /// rule that has some, in request order: what the gRPC answer's
+    /// `dynamic_metadata` merges.
+    pub passed_metadata: Vec<Arc<Metadata>>,
     /// Whether to fill `applied`.
     with_headers: bool,
+    /// (over, quota) of every descriptor whose rejection is not shadowed.
+    verdicts: Vec<(bool, bool)>,
+    /// The quota descriptors' decisions, folded into `top` at the end.
+    quota_decisions: Vec<Decision>,
 }
 
 impl EnvoyResponse {
@@ -122,13 +137,16 @@ impl EnvoyResponse {
         decision: Decision,
         verdict: Verdict,
         rule_enforced: bool,
+        quota: bool,
         current_limit: Option<CurrentLimit>,
     ) -> DescriptorStatus {
-        if verdict == Verdict::Rejected {
-            self.overall_code = Code::OverLimit;
-        }
         if rule_enforced {
-            self.top = Some(self.top.map_or(decision, |t| t.most_constrained(decision)));
+            self.verdicts.push((verdict == Verdict::Rejected, quota));
+            if quota {
+                self.quota_decisions.push(decision);
+            } else {
+                self.top = Some(self.top.map_or(decision, |t| t.most_constrained(decision)));
+            }
         }
         let over = rule_enforced && !decision.allowed;
         DescriptorStatus {
@@ -177,7 +195,7 @@ pub async fn should_rate_limit<S: Store>(
                             let mut key = Vec::with_capacity(COUNTER_KEY_CAPACITY);
                             key.push(RULES_KEY_PREFIX);
                             r.write_counter_key(&mut key);
-                            let detailed = r.rule().detailed_metric().then(|| r.metric_label());
+                            let detailed = r.rule().metric_has_values().then(|| r.metric_label());
                             (r.rule(), key, detailed)
                         })
                     })
@@ -192,8 +210,12 @@ pub async fn should_rate_limit<S: Store>(
         statuses: Vec::with_capacity(request.descriptors.len()),
         applied: Vec::new(),
         top: None,
+        passed_metadata: Vec::new(),
         with_headers,
+        verdicts: Vec::new(),
+        quota_decisions: Vec::new(),
     };
+    let global_quota = app.settings().quota_mode;
     for (descriptor, matched) in request.descriptors.iter().zip(&matched) {
         let hits = descriptor
             .hits_addend
@@ -208,6 +230,7 @@ pub async fn should_rate_limit<S: Store>(
                     unit,
                     hits,
                     at,
+                    global_quota,
                     &mut response,
                 )
                 .await?
@@ -221,6 +244,7 @@ pub async fn should_rate_limit<S: Store>(
                     hits,
                     at,
                     global_shadow,
+                    global_quota,
                     &mut response,
                 )
                 .await?
@@ -232,7 +256,27 @@ pub async fn should_rate_limit<S: Store>(
                 duration_until_reset: None,
             },
         };
+        if let (Code::Ok, Some((rule, _, _))) = (status.code, matched) {
+            if let Some(metadata) = rule.metadata() {
+                response.passed_metadata.push(Arc::clone(metadata));
+            }
+        }
         response.statuses.push(status);
+    }
+    if over_limit(response.verdicts.iter().copied()) {
+        response.overall_code = Code::OverLimit;
+    }
+    // Quota decisions shape the top one with what they admitted, and with
+    // their rejections only when those decide the answer.
+    let quotas_decide = response.overall_code == Code::OverLimit;
+    for decision in std::mem::take(&mut response.quota_decisions) {
+        if decision.allowed || quotas_decide {
+            response.top = Some(
+                response
+                    .top
+                    .map_or(decision, |t| t.most_constrained(decision)),
+            );
+        }
     }
     Ok(response)
 }
@@ -291,10 +335,15 @@ async fn decide_rule<S: Store>(
     hits: u64,
     at: Moment,
     global_shadow: bool,
+    global_quota: bool,
     response: &mut EnvoyResponse,
 ) -> Result<DescriptorStatus, ApiError> {
     let reported = rule.reported_limits().first().copied();
+    let quota = rule.quota_mode() || global_quota;
     if rule.unlimited() {
+        if !rule.shadow_mode() {
+            response.verdicts.push((false, quota));
+        }
         return Ok(DescriptorStatus {
             code: Code::Ok,
             current_limit: None,
@@ -349,7 +398,7 @@ async fn decide_rule<S: Store>(
         requests_per_unit: r.requests_per_unit,
         unit: r.unit,
     });
-    Ok(response.status(decision, verdict, !rule.shadow_mode(), current_limit))
+    Ok(response.status(decision, verdict, !rule.shadow_mode(), quota, current_limit))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -361,6 +410,7 @@ async fn decide_override<S: Store>(
     unit: RateLimitUnit,
     hits: u64,
     at: Moment,
+    global_quota: bool,
     response: &mut EnvoyResponse,
 ) -> Result<DescriptorStatus, ApiError> {
     let current_limit = Some(CurrentLimit {
@@ -407,7 +457,7 @@ async fn decide_override<S: Store>(
     let verdict = Verdict::of(&decision, app.settings().shadow);
     app.metrics()
         .count(domain, "override", None, &decision, verdict);
-    Ok(response.status(decision, verdict, true, current_limit))
+    Ok(response.status(decision, verdict, true, global_quota, current_limit))
 }
 
 /// The store key of an override: the domain and every entry, each part

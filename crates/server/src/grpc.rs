@@ -3,12 +3,15 @@
 //! protobuf messages to and from the transport-independent decision of
 //! [`envoy`](crate::envoy), which `POST /json` shares.
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use prost_types::value::Kind;
 use tokio::net::TcpListener;
 use tollgate_core::{Moment, Store};
-use tollgate_rules::RateLimitUnit;
+use tollgate_rules::{Metadata, MetadataValue, RateLimitUnit};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
@@ -147,12 +150,118 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
                 quota: None,
             })
             .collect();
+        let dynamic_metadata = self
+            .app
+            .settings()
+            .response_dynamic_metadata
+            .then(|| dynamic_metadata(&request, &answer.passed_metadata));
         Ok(Response::new(RateLimitResponse {
             overall_code: code_of(answer.overall_code),
             statuses,
             response_headers_to_add,
+            dynamic_metadata,
             ..RateLimitResponse::default()
         }))
+    }
+}
+
+/// The `dynamic_metadata` envoyproxy/ratelimit sends with
+/// `RESPONSE_DYNAMIC_METADATA`, for Envoy filters that read it: `domain`;
+/// `descriptors`, one `{entries: ["key=value", …]}` each (with `limit`
+/// `{requestsPerUnit, unit}` for a request-side override and `hitsAddend`
+/// when the descriptor has its own); the request's `hitsAddend` when not 0;
+/// and `metadata`, the `metadata` mappings of the descriptors that passed
+/// merged in request order (a name keeps its first value), when any.
+fn dynamic_metadata(request: &EnvoyRequest, passed: &[Arc<Metadata>]) -> prost_types::Struct {
+    let mut fields = BTreeMap::new();
+    fields.insert("domain".to_owned(), string_value(&request.domain));
+    let descriptors = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut descriptor = BTreeMap::new();
+            let entries = d
+                .entries
+                .iter()
+                .map(|(key, value)| string_value(&format!("{key}={value}")))
+                .collect();
+            descriptor.insert("entries".to_owned(), list_value(entries));
+            if let Some((requests_per_unit, unit)) = d.limit {
+                let mut limit = BTreeMap::new();
+                limit.insert(
+                    "requestsPerUnit".to_owned(),
+                    number_value(f64::from(requests_per_unit)),
+                );
+                limit.insert("unit".to_owned(), string_value(unit.as_str()));
+                descriptor.insert("limit".to_owned(), struct_value(limit));
+            }
+            if let Some(hits) = d.hits_addend {
+                descriptor.insert("hitsAddend".to_owned(), number_value(hits as f64));
+            }
+            struct_value(descriptor)
+        })
+        .collect();
+    fields.insert("descriptors".to_owned(), list_value(descriptors));
+    if request.hits_addend != 0 {
+        fields.insert(
+            "hitsAddend".to_owned(),
+            number_value(f64::from(request.hits_addend)),
+        );
+    }
+    let mut merged = BTreeMap::new();
+    for metadata in passed {
+        for (name, value) in metadata.iter() {
+            merged
+                .entry(name.clone())
+                .or_insert_with(|| metadata_value(value));
+        }
+    }
+    if !merged.is_empty() {
+        fields.insert("metadata".to_owned(), struct_value(merged));
+    }
+    prost_types::Struct { fields }
+}
+
+fn metadata_value(value: &MetadataValue) -> prost_types::Value {
+    match value {
+        MetadataValue::Null => prost_types::Value {
+            kind: Some(Kind::NullValue(0)),
+        },
+        MetadataValue::Bool(b) => prost_types::Value {
+            kind: Some(Kind::BoolValue(*b)),
+        },
+        MetadataValue::Number(n) => number_value(*n),
+        MetadataValue::String(s) => string_value(s),
+        MetadataValue::List(items) => list_value(items.iter().map(metadata_value).collect()),
+        MetadataValue::Map(map) => struct_value(
+            map.iter()
+                .map(|(k, v)| (k.clone(), metadata_value(v)))
+                .collect(),
+        ),
+    }
+}
+
+fn string_value(s: &str) -> prost_types::Value {
+    prost_types::Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    }
+}
+
+fn number_value(n: f64) -> prost_types::Value {
+    prost_types::Value {
+        kind: Some(Kind::NumberValue(n)),
+    }
+}
+
+fn list_value(values: Vec<prost_types::Value>) -> prost_types::Value {
+    prost_types::Value {
+        kind: Some(Kind::ListValue(prost_types::ListValue { values })),
+    }
+}
+
+fn struct_value(fields: BTreeMap<String, prost_types::Value>) -> prost_types::Value {
+    prost_types::Value {
+        kind: Some(Kind::StructValue(prost_types::Struct { fields })),
     }
 }
 

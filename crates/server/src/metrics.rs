@@ -4,10 +4,13 @@
 //! Per-rule counters carry two labels, `domain` and `rule` (the rule's path,
 //! e.g. `api.user`), so their number is bounded by the rules files. Inline
 //! limits of `/v1/check` all count under `rule="inline"`, whatever limit the
-//! client sent. Only a rule with `detailed_metric: true` adds the request's
-//! values to its `rule` label, and even then at most
-//! [`MAX_DETAILED_SERIES`] distinct labels are created; later values count
-//! under `<rule>_other`.
+//! client sent. Only a rule with `detailed_metric: true` or
+//! `value_to_metric: true` adds the request's values to its `rule` label,
+//! and even then at most [`values_per_rule`](Metrics::with_values_per_rule)
+//! distinct labels (default [`DEFAULT_VALUES_PER_RULE`]) are created per
+//! rule, and [`MAX_DETAILED_SERIES`] in all; later values count under
+//! `<rule>._other_`, so a client sending random values cannot flood
+//! Prometheus.
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
@@ -26,8 +29,22 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tollgate_core::Decision;
 
-/// The most distinct `rule` labels created for `detailed_metric` rules.
+/// The most distinct `rule` labels carrying request values, all rules
+/// together.
 pub const MAX_DETAILED_SERIES: usize = 10_000;
+
+/// The default of the most distinct labels carrying request values that one
+/// rule makes (`--metric-values-per-rule`).
+pub const DEFAULT_VALUES_PER_RULE: usize = 1_000;
+
+/// The labels made so far that carry request values.
+#[derive(Debug, Default)]
+struct ValueLabels {
+    /// Rule path → its labels.
+    by_rule: std::collections::HashMap<String, HashSet<String>>,
+    /// How many labels in all.
+    total: usize,
+}
 
 /// The labels of per-rule counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,7 +112,8 @@ pub struct Metrics {
     memory_used: Gauge,
     memory_unstored: Counter,
     redis_engine: Family<EngineLabels, Gauge>,
-    detailed: Mutex<HashSet<String>>,
+    detailed: Mutex<ValueLabels>,
+    values_per_rule: usize,
     /// Handles onto each (domain, rule)'s counters, so counting a decision
     /// neither allocates labels nor hashes them into five families.
     by_rule: RwLock<HashMap<RuleKey, RuleCounters, RandomState>>,
@@ -201,7 +219,8 @@ impl Metrics {
             memory_used: Gauge::default(),
             memory_unstored: Counter::default(),
             redis_engine: Family::default(),
-            detailed: Mutex::new(HashSet::new()),
+            detailed: Mutex::new(ValueLabels::default()),
+            values_per_rule: DEFAULT_VALUES_PER_RULE,
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
             routes: Vec::new(),
         };
@@ -334,16 +353,31 @@ impl Metrics {
         );
     }
 
+    /// At most `per_rule` distinct labels carrying request values per rule
+    /// (0 lets none through: every value counts under `<rule>._other_`).
+    pub fn with_values_per_rule(mut self, per_rule: usize) -> Metrics {
+        self.values_per_rule = per_rule;
+        self
+    }
+
     fn detailed_label<'a>(&self, rule: &str, label: &'a str) -> Cow<'a, str> {
         let mut seen = self.detailed.lock();
-        if seen.contains(label) {
+        let ValueLabels { by_rule, total } = &mut *seen;
+        let room = *total < MAX_DETAILED_SERIES;
+        let labels = match by_rule.get_mut(rule) {
+            Some(labels) => labels,
+            None if room && self.values_per_rule > 0 => by_rule.entry(rule.to_owned()).or_default(),
+            None => return Cow::Owned(format!("{rule}._other_")),
+        };
+        if labels.contains(label) {
             return Cow::Borrowed(label);
         }
-        if seen.len() < MAX_DETAILED_SERIES {
-            seen.insert(label.to_owned());
+        if room && labels.len() < self.values_per_rule {
+            labels.insert(label.to_owned());
+            *total += 1;
             return Cow::Borrowed(label);
         }
-        Cow::Owned(format!("{rule}_other"))
+        Cow::Owned(format!("{rule}._other_"))
     }
 
     /// Records how long a decision on `route` took.
@@ -480,18 +514,62 @@ mod tests {
     }
 
     #[test]
-    fn detailed_labels_are_capped() {
-        let m = Metrics::new();
+    fn labels_with_values_are_capped_per_rule_and_in_all() {
+        let m = Metrics::new().with_values_per_rule(MAX_DETAILED_SERIES);
         for i in 0..MAX_DETAILED_SERIES + 5 {
+            let rule = if i % 2 == 0 { "d.k" } else { "d.j" };
             m.count(
                 "d",
-                "d.k",
-                Some(&format!("d.k_{i}")),
+                rule,
+                Some(&format!("{rule}_{i}")),
                 &decision(10, 9),
                 Verdict::Allowed,
             );
         }
-        assert_eq!(m.detailed.lock().len(), MAX_DETAILED_SERIES);
-        assert!(m.encode().contains(r#"rule="d.k_other"} 5"#));
+        assert_eq!(m.detailed.lock().total, MAX_DETAILED_SERIES);
+        let text = m.encode();
+        assert!(text.contains(r#"rule="d.k._other_"} 3"#), "{text}");
+        assert!(text.contains(r#"rule="d.j._other_"} 2"#), "{text}");
+    }
+
+    #[test]
+    fn a_random_value_flood_makes_at_most_the_cap_of_series() {
+        let m = Metrics::new().with_values_per_rule(1_000);
+        // 100,000 distinct values from a client, on one rule, then a value
+        // seen before the cap: it keeps its own series.
+        for i in 0..100_000u64 {
+            let value = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            m.count(
+                "d",
+                "d.user",
+                Some(&format!("d.user_{value:x}")),
+                &decision(10, 9),
+                Verdict::Allowed,
+            );
+        }
+        m.count(
+            "d",
+            "d.user",
+            Some("d.user_0"),
+            &decision(10, 9),
+            Verdict::Allowed,
+        );
+        let text = m.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("tollgate_requests_total{") && l.contains("d.user"))
+            .count();
+        assert_eq!(series, 1_001, "1,000 values and the _other_ series");
+        assert!(text.contains(r#"rule="d.user._other_"} 99000"#), "{text}");
+        assert!(text.contains(r#"rule="d.user_0"} 2"#), "{text}");
+        // Another rule still gets its own values.
+        m.count(
+            "d",
+            "d.path",
+            Some("d.path_/a"),
+            &decision(10, 9),
+            Verdict::Allowed,
+        );
+        assert!(m.encode().contains(r#"rule="d.path_/a"} 1"#));
     }
 }

@@ -19,8 +19,17 @@ pub struct Settings {
     pub max_descriptors: usize,
     /// Global shadow mode: decide, count, report, never reject.
     pub shadow: bool,
+    /// Global quota mode: every rule is a quota rule (see
+    /// `tollgate_rules::check::over_limit`), envoyproxy/ratelimit's
+    /// `GLOBAL_QUOTA_MODE`.
+    pub quota_mode: bool,
+    /// Load the files of one domain as one (also for `POST /admin/reload`).
+    pub merge_domains: bool,
     /// Send the rate-limit headers of SPEC §7 with decisions.
     pub headers: bool,
+    /// Fill the gRPC answer's `dynamic_metadata` as envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA` does (see `grpc`).
+    pub response_dynamic_metadata: bool,
 }
 
 impl Default for Settings {
@@ -32,7 +41,10 @@ impl Default for Settings {
             max_key_bytes: 1024,
             max_descriptors: 64,
             shadow: false,
+            quota_mode: false,
+            merge_domains: false,
             headers: true,
+            response_dynamic_metadata: false,
         }
     }
 }

@@ -84,7 +84,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
         if built.descriptors.is_empty() {
             return Step::Forward;
         }
-        Plan::new(domain, &built.descriptors, shadow)
+        Plan::new(domain, &built.descriptors, shadow).with_global_quota(shared.settings.quota_mode)
     };
     let outcome = match plan.check(&*shared.store, Moment::Now, 1).await {
         Ok(outcome) => outcome,

@@ -56,9 +56,12 @@ impl<'r> Ruling<'r> {
             hold: Duration::ZERO,
             leases: Vec::new(),
         };
+        let quotas_exhausted = outcome.quotas_exhausted;
         for d in outcome.descriptors.into_iter().flatten() {
             let limits = d.rule.limits().iter().zip(&d.decisions);
-            if !shadow && !d.rule.shadow_mode() && d.decided() {
+            // A quota rule's rejection shows only when it decided the request.
+            let shown = !d.quota || d.decision.allowed || quotas_exhausted;
+            if !shadow && !d.rule.shadow_mode() && d.decided() && shown {
                 ruling.applied.extend(d.applied());
                 ruling.top = Some(
                     ruling

@@ -11,6 +11,10 @@ pub struct Settings {
     /// none is rejected or held, and clients see no rate-limit headers; the
     /// observer hears every decision, `shadow_rejected` included.
     pub shadow: bool,
+    /// Global quota mode: every rule is a quota rule, so a request is
+    /// rejected only when every rule that applies to it is over (see
+    /// `tollgate_rules::check::over_limit`).
+    pub quota_mode: bool,
     /// Send the rate-limit headers (SPEC §7) on admitted responses. A `429`
     /// always carries them: a rejection that does not say how long to wait
     /// only makes clients retry sooner.
@@ -28,6 +32,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             shadow: false,
+            quota_mode: false,
             headers: true,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             address_grouping: AddressGrouping::default(),

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use tollgate_core::rate::parse_duration;
 use tollgate_gateway::Upstream;
 use tollgate_rules::RuleSet;
+use tollgate_server::metrics::DEFAULT_VALUES_PER_RULE;
 use tollgate_tower::{
     AddressGrouping, ForwardedHeader, TrustedProxies, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
 };
@@ -41,6 +42,9 @@ struct ConfigFile {
     trusted_proxies: Option<Vec<String>>,
     forwarded_header: Option<String>,
     shadow: Option<bool>,
+    quota_mode: Option<bool>,
+    merge_domains: Option<bool>,
+    metric_values_per_rule: Option<usize>,
     no_headers: Option<bool>,
     ipv6_prefix: Option<u8>,
     ipv4_prefix: Option<u8>,
@@ -97,6 +101,12 @@ pub struct GatewayConfig {
     pub trusted_proxies: TrustedProxies,
     /// Global shadow mode: decide, count, report, never reject.
     pub shadow: bool,
+    /// Global quota mode: every rule is a quota rule.
+    pub quota_mode: bool,
+    /// Merge the files of one domain.
+    pub merge_domains: bool,
+    /// The most distinct value-carrying metric labels per rule.
+    pub metric_values_per_rule: usize,
     /// Send the rate-limit headers of SPEC §7.
     pub headers: bool,
     /// Which client addresses share a key.
@@ -185,6 +195,12 @@ impl GatewayConfig {
             domain: args.domain.clone().or(file.domain),
             trusted_proxies,
             shadow: args.shadow || file.shadow.unwrap_or(false),
+            quota_mode: args.quota_mode || file.quota_mode.unwrap_or(false),
+            merge_domains: args.merge_domains || file.merge_domains.unwrap_or(false),
+            metric_values_per_rule: args
+                .metric_values_per_rule
+                .or(file.metric_values_per_rule)
+                .unwrap_or(DEFAULT_VALUES_PER_RULE),
             headers: !(args.no_headers || file.no_headers.unwrap_or(false)),
             address_grouping,
             store,
@@ -249,6 +265,8 @@ mod tests {
         assert!(c.trusted_proxies.is_empty());
         assert!(c.headers && !c.shadow);
         assert_eq!(c.address_grouping, AddressGrouping::default());
+        assert!(!c.quota_mode && !c.merge_domains);
+        assert_eq!(c.metric_values_per_rule, DEFAULT_VALUES_PER_RULE);
         assert_eq!(c.store.choice, crate::store::StoreChoice::Memory);
     }
 
@@ -261,7 +279,8 @@ mod tests {
             "upstream = \"http://file:1\"\nlisten = \"127.0.0.1:7000\"\n\
              upstream_timeout = \"2s\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
              shadow = true\nmemory_max_bytes = 4096\nadmin = \"127.0.0.1:7001\"\n\
-             ipv6_prefix = 48\nipv4_prefix = 24\n",
+             ipv6_prefix = 48\nipv4_prefix = 24\n\
+             quota_mode = true\nmerge_domains = true\nmetric_values_per_rule = 3\n",
         )
         .unwrap();
         let from_file = GatewayConfig::resolve(&GatewayArgs {
@@ -270,6 +289,8 @@ mod tests {
         })
         .unwrap();
         assert_eq!(from_file.upstream.to_string(), "http://file:1");
+        assert!(from_file.quota_mode && from_file.merge_domains);
+        assert_eq!(from_file.metric_values_per_rule, 3);
         assert_eq!(from_file.listen.port(), 7000);
         assert_eq!(from_file.admin.map(|a| a.port()), Some(7001));
         assert_eq!(from_file.upstream_timeout, Duration::from_secs(2));

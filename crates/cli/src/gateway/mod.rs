@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::Store;
 use tollgate_gateway::{self as gateway, Proxy, ProxySettings};
-use tollgate_rules::watch::RulesWatcher;
-use tollgate_rules::RuleSet;
+use tollgate_rules::watch::{RulesWatcher, WatchOptions};
+use tollgate_rules::{LoadOptions, RuleSet};
 use tollgate_server::metrics::Metrics;
 use tollgate_server::reload::apply_reload;
 use tollgate_server::MetricsObserver;
@@ -35,9 +35,13 @@ pub fn run(args: &GatewayArgs) -> Result<()> {
     let mut config = GatewayConfig::resolve(args)?;
     logging::init(config.log_format);
     let rules = match &config.rules {
-        Some(path) => {
-            RuleSet::load(path).with_context(|| format!("loading rules from {}", path.display()))?
-        }
+        Some(path) => RuleSet::load_with(
+            path,
+            LoadOptions {
+                merge_domains: config.merge_domains,
+            },
+        )
+        .with_context(|| format!("loading rules from {}", path.display()))?,
         None => RuleSet::default(),
     };
     config.domain = config::domain_in(&rules, config.domain.as_deref())?;
@@ -59,7 +63,7 @@ pub fn run(args: &GatewayArgs) -> Result<()> {
 
 /// Builds the store and its housekeeping, then serves.
 async fn serve(config: GatewayConfig, proxy: Proxy, rules: RuleSet) -> Result<()> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new().with_values_per_rule(config.metric_values_per_rule));
     let gauge = {
         let metrics = Arc::clone(&metrics);
         move |used, unstored| {
@@ -98,7 +102,13 @@ async fn serve_on<S: Store>(
     let rules = Arc::new(ArcSwap::from_pointee(rules));
     let _watcher = config.rules.as_ref().map(|path| {
         let (rules, metrics) = (Arc::clone(&rules), Arc::clone(&metrics));
-        RulesWatcher::spawn(path, move |loaded| {
+        let options = WatchOptions {
+            load: LoadOptions {
+                merge_domains: config.merge_domains,
+            },
+            ..WatchOptions::default()
+        };
+        RulesWatcher::spawn_with(path, options, move |loaded| {
             let _ = apply_reload(&rules, &metrics, loaded);
         })
     });
@@ -116,6 +126,7 @@ async fn serve_on<S: Store>(
     .with_trusted_proxies(config.trusted_proxies.clone())
     .with_settings(Settings {
         shadow: config.shadow,
+        quota_mode: config.quota_mode,
         headers: config.headers,
         address_grouping: config.address_grouping,
         ..Settings::default()

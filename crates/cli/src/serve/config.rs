@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate_server::metrics::DEFAULT_VALUES_PER_RULE;
 use tollgate_server::Settings;
 
 use crate::args::ServeArgs;
@@ -21,6 +22,7 @@ struct ConfigFile {
     http: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
     response_headers: Option<bool>,
+    response_dynamic_metadata: Option<bool>,
     rules: Option<PathBuf>,
     store: Option<String>,
     on_store_error: Option<String>,
@@ -37,6 +39,9 @@ struct ConfigFile {
     snapshot_interval: Option<u64>,
     admin_token: Option<String>,
     shadow: Option<bool>,
+    quota_mode: Option<bool>,
+    merge_domains: Option<bool>,
+    metric_values_per_rule: Option<usize>,
     max_body_bytes: Option<usize>,
     max_key_bytes: Option<usize>,
     no_headers: Option<bool>,
@@ -80,6 +85,8 @@ pub struct ServeConfig {
     pub snapshot_interval: Option<Duration>,
     /// The service's settings.
     pub settings: Settings,
+    /// The most distinct value-carrying metric labels per rule.
+    pub metric_values_per_rule: usize,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -111,7 +118,11 @@ impl ServeConfig {
                 .unwrap_or(defaults.max_key_bytes),
             max_descriptors: defaults.max_descriptors,
             shadow: args.shadow || file.shadow.unwrap_or(false),
+            quota_mode: args.quota_mode || file.quota_mode.unwrap_or(false),
+            merge_domains: args.merge_domains || file.merge_domains.unwrap_or(false),
             headers: !(args.no_headers || file.no_headers.unwrap_or(false)),
+            response_dynamic_metadata: args.response_dynamic_metadata
+                || file.response_dynamic_metadata.unwrap_or(false),
         };
         if settings.max_body_bytes == 0 || settings.max_key_bytes == 0 {
             return Err(ConfigError::Invalid(
@@ -122,7 +133,12 @@ impl ServeConfig {
             .snapshot_interval
             .or(file.snapshot_interval)
             .unwrap_or(60);
+        let metric_values_per_rule = args
+            .metric_values_per_rule
+            .or(file.metric_values_per_rule)
+            .unwrap_or(DEFAULT_VALUES_PER_RULE);
         Ok(ServeConfig {
+            metric_values_per_rule,
             http: args
                 .http
                 .or(file.http)
@@ -167,6 +183,34 @@ mod tests {
         assert_eq!(c.settings.max_key_bytes, 20);
         assert!(c.settings.shadow);
         assert_eq!(c.settings.max_body_bytes, 64 * 1024);
+    }
+
+    #[test]
+    fn drop_in_settings_come_from_flags_or_the_file() {
+        let defaults = ServeConfig::resolve(&ServeArgs::default()).unwrap();
+        assert!(!defaults.settings.quota_mode && !defaults.settings.merge_domains);
+        assert!(!defaults.settings.response_dynamic_metadata);
+        assert_eq!(defaults.metric_values_per_rule, DEFAULT_VALUES_PER_RULE);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(
+            &path,
+            "quota_mode = true
+merge_domains = true
+response_dynamic_metadata = true
+             metric_values_per_rule = 7
+",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            metric_values_per_rule: Some(9),
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::resolve(&args).unwrap();
+        assert!(c.settings.quota_mode && c.settings.merge_domains);
+        assert!(c.settings.response_dynamic_metadata);
+        assert_eq!(c.metric_values_per_rule, 9);
     }
 
     #[test]

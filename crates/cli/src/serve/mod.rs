@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::Store;
 use tollgate_memory::{LocalStore, MemoryStore};
-use tollgate_rules::watch::RulesWatcher;
-use tollgate_rules::RuleSet;
+use tollgate_rules::watch::{RulesWatcher, WatchOptions};
+use tollgate_rules::{LoadOptions, RuleSet};
 use tollgate_server::metrics::Metrics;
 use tollgate_server::App;
 
@@ -32,9 +32,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let config = ServeConfig::resolve(args)?;
     logging::init(config.log_format);
     let rules = match &config.rules {
-        Some(path) => {
-            RuleSet::load(path).with_context(|| format!("loading rules from {}", path.display()))?
-        }
+        Some(path) => RuleSet::load_with(
+            path,
+            LoadOptions {
+                merge_domains: config.settings.merge_domains,
+            },
+        )
+        .with_context(|| format!("loading rules from {}", path.display()))?,
         None => RuleSet::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -107,7 +111,7 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
 /// A shared Redis store under the failure policy, with a local memory
 /// store for the `local` policy.
 async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) -> Result<()> {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().with_values_per_rule(config.metric_values_per_rule);
     let (store, fallback) = store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
     let app = App::with_metrics(
         store,
@@ -127,7 +131,13 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
 async fn run_servers<S: Store>(app: App<S>, config: &ServeConfig) -> Result<()> {
     let _watcher = config.rules.as_ref().map(|path| {
         let app = app.clone();
-        RulesWatcher::spawn(path, move |loaded| {
+        let options = WatchOptions {
+            load: LoadOptions {
+                merge_domains: config.settings.merge_domains,
+            },
+            ..WatchOptions::default()
+        };
+        RulesWatcher::spawn_with(path, options, move |loaded| {
             let _ = app.apply_reload(loaded);
         })
     });

@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::Json;
 use serde::Serialize;
 use tollgate_core::Store;
-use tollgate_rules::RuleSet;
+use tollgate_rules::{LoadOptions, RuleSet};
 
 use crate::app::App;
 use crate::decide::store;
@@ -47,7 +47,10 @@ pub(crate) async fn reload_rules<S: Store>(
             "the server runs without --rules; there is nothing to reload",
         ));
     };
-    let loaded = tokio::task::spawn_blocking(move || RuleSet::load(&path))
+    let options = LoadOptions {
+        merge_domains: app.settings().merge_domains,
+    };
+    let loaded = tokio::task::spawn_blocking(move || RuleSet::load_with(&path, options))
         .await
         .map_err(|e| {
             ApiError::bad_request("invalid_rules", format!("reload did not finish: {e}"))
