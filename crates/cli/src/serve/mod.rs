@@ -72,7 +72,14 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
         None => (MemoryStore::new(memory_config), snapshot::Loaded::Missing),
     };
     let store = LocalStore::new(memory, Arc::clone(&clock));
-    let app = App::new(store, rules, config.rules.clone(), config.settings.clone());
+    let metrics = Metrics::new().with_values_per_rule(config.metric_values_per_rule);
+    let app = App::with_metrics(
+        store,
+        rules,
+        config.rules.clone(),
+        config.settings.clone(),
+        metrics,
+    );
     if let Some(path) = &config.snapshot {
         app.metrics().snapshot_loaded(loaded.label());
         match &loaded {
