@@ -81,13 +81,7 @@ impl Session {
     /// A server started with `args` and `env`.
     fn on(api: Api, args: &[&str], env: &[(&str, &str)]) -> Session {
         let server = Server::start_with_env(args, env);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let client = runtime
-            .block_on(RateLimitServiceClient::connect(server.grpc.clone()))
-            .unwrap();
+        let support::GrpcClient { runtime, client } = server.grpc_client();
         Session {
             server,
             api,

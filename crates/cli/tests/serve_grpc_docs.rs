@@ -87,13 +87,7 @@ impl Session {
         let mut args = vec!["--rules", path.to_str().unwrap()];
         args.extend_from_slice(extra);
         let server = Server::start(&args);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let client = runtime
-            .block_on(RateLimitServiceClient::connect(server.grpc.clone()))
-            .unwrap();
+        let support::GrpcClient { runtime, client } = server.grpc_client();
         Session {
             server,
             runtime,

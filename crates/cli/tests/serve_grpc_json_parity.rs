@@ -473,13 +473,7 @@ impl Pair {
         let args = ["--rules", rules.to_str().unwrap()];
         let grpc_server = Server::start(&args);
         let json_server = Server::start(&args);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let client = runtime
-            .block_on(RateLimitServiceClient::connect(grpc_server.grpc.clone()))
-            .unwrap();
+        let support::GrpcClient { runtime, client } = grpc_server.grpc_client();
         Pair {
             grpc_server,
             json_server,

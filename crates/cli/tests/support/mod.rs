@@ -12,6 +12,15 @@ use std::time::Duration;
 
 use reqwest::blocking::{Client, Response};
 use serde_json::Value;
+use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+
+/// A gRPC client of the rate limit service for blocking tests, with the
+/// single-threaded runtime that drives it.
+pub(crate) struct GrpcClient {
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) client: RateLimitServiceClient<Channel>,
+}
 
 /// How long a server may take to start or stop before a test fails.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
@@ -150,6 +159,18 @@ impl Server {
                 .args(["-TERM", &child.id().to_string()])
                 .status();
         }
+    }
+
+    /// A gRPC client connected to this server's rate limit service.
+    pub(crate) fn grpc_client(&self) -> GrpcClient {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime
+            .block_on(RateLimitServiceClient::connect(self.grpc.clone()))
+            .unwrap();
+        GrpcClient { runtime, client }
     }
 
     /// `host:port` of the server.
