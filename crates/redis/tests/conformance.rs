@@ -437,6 +437,42 @@ fn focused_traces_on_a_few_limits_decide_alike() {
     });
 }
 
+/// A trace proptest once shrank to: a reservation booked at the last
+/// instant (2^64 - 1 ns) on a sliding window counter, whose reset the
+/// script computed past that instant instead of saturating as the core
+/// does.
+#[test]
+fn a_sliding_counter_booked_at_the_last_instant_resets_there() {
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let all = limits();
+    let (memory, redis) = stores(&server, "last-instant");
+    let limits: Vec<Limit> = [1, 9, 55].iter().map(|&i| all[i]).collect();
+    let reserve = |cells: Vec<(usize, u8)>, cost| Op::Reserve {
+        cells,
+        cost,
+        max_wait: None,
+    };
+    let steps = [
+        reserve(vec![(1, 0)], 3),
+        reserve(vec![(1, 0)], 3),
+        reserve(vec![(1, 0)], 2),
+        reserve(vec![(1, 0), (2, 0)], 3),
+    ];
+    let mut taken = Vec::new();
+    for op in &steps {
+        let ((expected, took), (got, _)) = runtime.block_on(async {
+            (
+                apply(&memory, &limits, START, op, &taken).await,
+                apply(&redis, &limits, START, op, &taken).await,
+            )
+        });
+        assert_eq!(expected, got, "{op:?} on {limits:?}");
+        taken.extend(took);
+    }
+}
+
 #[test]
 fn redis_time_decides_when_no_instant_is_given() {
     let server = RedisServer::start_with_module();

@@ -63,7 +63,8 @@ function LOADERS.sliding_window_counter()
   end
 
   -- The first instant at or after from at which cost fits, counting from a
-  -- state whose counts are (prev, curr) in from's window.
+  -- state whose counts are (prev, curr) in from's window; like every
+  -- instant, saturated at 2^64 - 1 ns as the core's are.
   local function swc_first_fit(L, prev, curr, cost, from)
     local start = B.mul(B.div_floor(from, L.p), L.p)
     -- This window, the next (this one's count becomes prev), the one after
@@ -77,20 +78,20 @@ function LOADERS.sliding_window_counter()
       if B.cmp(used, L.n) <= 0 then
         local e = swc_first_elapsed_within(L, c[1], B.sub(L.n, used))
         if B.cmp(e, L.p) < 0 then
-          return B.max(from, B.add(c[3], e))
+          return B.sat64(B.max(from, B.add(c[3], e)))
         end
       end
     end
-    return B.add(start, B.add(L.p, L.p))
+    return B.sat64(B.add(start, B.add(L.p, L.p)))
   end
 
   -- When a state with these counts in window stops weighing anything.
   local function swc_quiet_from(L, window, prev, curr)
     local start = B.sat64(B.mul(window, L.p))
     if not B.is_zero(curr) then
-      return B.add(B.add(start, L.p), swc_first_elapsed_within(L, curr, B.ZERO))
+      return B.sat64(B.add(B.add(start, L.p), swc_first_elapsed_within(L, curr, B.ZERO)))
     elseif not B.is_zero(prev) then
-      return B.add(start, swc_first_elapsed_within(L, prev, B.ZERO))
+      return B.sat64(B.add(start, swc_first_elapsed_within(L, prev, B.ZERO)))
     end
     return B.ZERO
   end
