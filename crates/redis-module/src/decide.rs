@@ -115,7 +115,12 @@ pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Resu
             let c = single(cells)?;
             let count = c.cell.record(now, c.cost).ok_or(Error::RecordUnsupported)?;
             out.reply.push(Word::Number(count));
-            out.changed.push((0, false));
+            // Cost 0 records nothing and writes nothing back (not even the
+            // deletion of a state expired at `now`, which an out-of-order
+            // record at an earlier instant still counts), as in memory.
+            if c.cost != 0 {
+                out.changed.push((0, false));
+            }
         }
         Op::Release => {
             let c = single(cells)?;

@@ -31,6 +31,9 @@ pub(crate) struct Cell {
     pub(crate) reservable: bool,
     /// The limit's algorithm, for the errors the script reports.
     pub(crate) algorithm: AlgorithmName,
+    /// Whether the lean script can check it (gcra_lean.lua): a gcra limit
+    /// whose quantities stay below 2^53 in plain Lua numbers.
+    pub(crate) lean: bool,
 }
 
 /// Requests merged into cells, and each request's cell.
@@ -75,6 +78,7 @@ pub(crate) fn plan(prefix: &str, requests: &[LimitKey<'_>], cost: u64) -> Result
                     cost,
                     reservable: algorithm.takes_reservations(),
                     algorithm: request.limit.algorithm,
+                    lean: lean(request.limit),
                 });
                 algorithms.push(algorithm);
             }
@@ -138,6 +142,20 @@ pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
             format!("{name} {n} {}", ttl.as_nanos())
         }
     })
+}
+
+/// Whether gcra_lean.lua can decide `limit`: gcra with `n < 2^20` and
+/// `burst * p <= 2^52` once `n` and `p` are divided by their gcd, the bounds
+/// under which its plain Lua numbers stay exact (see that file).
+pub(crate) fn lean(limit: &Limit) -> bool {
+    if limit.algorithm != AlgorithmName::Gcra {
+        return false;
+    }
+    let (n, p) = (limit.rate.limit(), limit.rate.period_nanos());
+    let common = gcd(n, p);
+    let (n, p) = (n / common, p / common);
+    let burst = limit.burst.unwrap_or(limit.rate.limit());
+    n < 1 << 20 && u128::from(burst) * u128::from(p) <= 1 << 52
 }
 
 /// The greatest common divisor of two non-zero numbers.
@@ -207,5 +225,23 @@ mod tests {
             super::plan("", &too_much, 6),
             Err(StoreError::Limit(LimitError::CostTooLarge { cost: 12, .. }))
         ));
+    }
+
+    #[test]
+    fn only_gcra_limits_within_the_lean_bounds_take_the_lean_script() {
+        let gcra = |rate: &str| Limit::new(AlgorithmName::Gcra, rate.parse().unwrap());
+        // n = 1, p = 10^8, burst 10.
+        assert!(lean(&gcra("10/s")));
+        // n reduced below 2^20 by the gcd: 2,000,000/s is 1 per 500 ns.
+        assert!(lean(&gcra("2000000/s")));
+        // n = 1,000,003 < 2^20 = 1,048,576; 1,048,583 (prime) is not.
+        assert!(lean(&gcra("1000003/s")));
+        assert!(!lean(&gcra("1048583/s")));
+        // burst * p: 2^52 at most.
+        let day = gcra("1/d");
+        assert!(lean(&day.with_burst(52)));
+        assert!(!lean(&day.with_burst(53)));
+        let bucket = Limit::new(AlgorithmName::TokenBucket, "10/s".parse().unwrap());
+        assert!(!lean(&bucket));
     }
 }

@@ -39,3 +39,8 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/driver.lua"),
 );
+
+/// The lean script: `check` and `probe` over gcra limits in plain Lua
+/// numbers, for the cells that [`lean`](crate::cells::lean) admits; it
+/// answers `fallback` for what it cannot decide (see the file).
+pub(crate) const LEAN_GCRA: &str = include_str!("lua/gcra_lean.lua");

@@ -40,7 +40,7 @@ use crate::cells::{self, Cell, Plan};
 use crate::endpoint::Endpoint;
 use crate::engine::{self, Engine, EngineState, Running};
 use crate::over_limit::{self, OverLimitCache};
-use crate::script::SOURCE;
+use crate::script::{LEAN_GCRA, SOURCE};
 use crate::tls::{self, TlsError};
 
 /// How the Redis store behaves.
@@ -116,6 +116,7 @@ pub struct RedisStore {
 struct Inner {
     connection: Connection,
     script: redis::Script,
+    lean_gcra: redis::Script,
     config: RedisConfig,
     over_limit: OverLimitCache,
     engine: EngineState,
@@ -225,6 +226,7 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 connection,
                 script: redis::Script::new(SOURCE),
+                lean_gcra: redis::Script::new(LEAN_GCRA),
                 config,
                 over_limit: OverLimitCache::default(),
                 engine: EngineState::new(),
@@ -416,7 +418,8 @@ impl RedisStore {
         Ok(text.split(' ').map(str::to_owned).collect())
     }
 
-    /// The script's `op` over `cells`.
+    /// The script's `op` over `cells`: the lean script when it can decide
+    /// them, the full one otherwise.
     async fn decide_in_script(
         &self,
         op: &str,
@@ -424,7 +427,29 @@ impl RedisStore {
         at: Moment,
         extra: &str,
     ) -> Result<Vec<String>, StoreError> {
-        let mut invocation = self.inner.script.prepare_invoke();
+        if matches!(op, "check" | "probe") && cells.iter().all(|c| c.lean) {
+            let reply = self
+                .invoke_script(&self.inner.lean_gcra, op, cells, at, extra)
+                .await?;
+            // The lean script wrote nothing when it answers `fallback`.
+            if reply.first().map(String::as_str) != Some("fallback") {
+                return Ok(reply);
+            }
+        }
+        self.invoke_script(&self.inner.script, op, cells, at, extra)
+            .await
+    }
+
+    /// `script` called with the driver's convention (driver.lua).
+    async fn invoke_script(
+        &self,
+        script: &redis::Script,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+        extra: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut invocation = script.prepare_invoke();
         for cell in cells {
             invocation.key(cell.key.as_slice());
         }

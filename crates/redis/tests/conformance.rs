@@ -473,6 +473,58 @@ fn a_sliding_counter_booked_at_the_last_instant_resets_there() {
     }
 }
 
+/// A record of cost 0 is a read: on a stepped window whose state has
+/// expired at its instant it deletes nothing, so an out-of-order record at
+/// an earlier instant, where the old step still counts, sees it on every
+/// store (found by the random traces).
+#[test]
+fn a_zero_cost_record_after_expiry_writes_nothing_back() {
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let limit = Limit::new(
+        AlgorithmName::SteppedWindow,
+        rate(5, Duration::from_millis(4500)),
+    )
+    .with_step(Duration::from_secs(1));
+    let limits = [limit];
+    let (memory, redis) = stores(&server, "zero-record");
+    let second = 1_000_000_000;
+    // The step [START, START + 1 s) holds 5 and leaves the window at
+    // START + 5.5 s.
+    let steps = [
+        (START, 5, 0),
+        (START + 6 * second, 0, 0),
+        (START + 6 * second, 0, second),
+    ];
+    for (now, cost, back) in steps {
+        let op = Op::Record {
+            cell: (0, 0),
+            cost,
+            back,
+        };
+        let ((expected, _), (got, _)) = runtime.block_on(async {
+            (
+                apply(&memory, &limits, now, &op, &[]).await,
+                apply(&redis, &limits, now, &op, &[]).await,
+            )
+        });
+        assert_eq!(expected, got, "{op:?} at {now}");
+    }
+    let last = runtime.block_on(apply(
+        &redis,
+        &limits,
+        START + 6 * second,
+        &Op::Record {
+            cell: (0, 0),
+            cost: 0,
+            back: second,
+        },
+        &[],
+    ));
+    assert_eq!(last.0, "Ok(5)");
+}
+
 #[test]
 fn redis_time_decides_when_no_instant_is_given() {
     let server = RedisServer::start_with_module();

@@ -326,3 +326,98 @@ fn a_key_s_ttl_is_pushed_out_only_when_it_runs_short() {
         );
     }
 }
+
+/// The script's lean gcra path (gcra_lean.lua) decides only states it can
+/// read exactly in plain Lua numbers: on any other stored value — text Lua
+/// would read as a number (`1e5`, ` 12`, `0x10`), a number too long, a
+/// state booked two months ahead — it writes nothing and the full script
+/// decides, so the script answers as the module does, error or decision.
+#[test]
+fn the_lean_gcra_path_leaves_states_it_cannot_read_to_the_full_script() {
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let server = RedisServer::start_with_module();
+    // 1,000/s, burst 20: n = 1, p = 10^6 once reduced; the lean bounds hold.
+    let limit = Limit::new(
+        AlgorithmName::Gcra,
+        Rate::new(1000, Duration::from_secs(1)).unwrap(),
+    )
+    .with_burst(20);
+    const START: u64 = 1_763_000_000_000_000_000;
+    let two_months_ahead = (START + 61 * 86_400 * 1_000_000_000).to_string();
+    let just_ahead = (START + 5_000_000).to_string();
+    let states: [&[u8]; 9] = [
+        b"1e5",
+        b" 12",
+        b"0x10",
+        b"12a",
+        b"",
+        b"1000000000000000000000000000",
+        two_months_ahead.as_bytes(),
+        just_ahead.as_bytes(),
+        b"7",
+    ];
+    // The lean script decides a fresh key alone (one script cached); a
+    // state booked far ahead makes it call the full one (two).
+    let cached = || -> String {
+        let info = server.command("INFO memory").unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    assert!(server.command("SCRIPT FLUSH").unwrap().starts_with("+OK"));
+    let lua = store(&server, "lean-count:", Engine::Lua);
+    let fresh = LimitKey {
+        limit: &limit,
+        key: b"fresh",
+    };
+    let at = Moment::At(START);
+    assert!(runtime.block_on(lua.check(&[fresh], at, 1)).unwrap()[0].allowed);
+    assert_eq!(cached(), "1");
+    let redis_key = String::from_utf8(lua.redis_key(b"fresh")).unwrap();
+    let field = server.command(&format!("HKEYS {redis_key}")).unwrap();
+    let field = field.lines().nth(2).unwrap().to_owned();
+    let ahead: Vec<Vec<u8>> = ["HSET", &redis_key, &field, &two_months_ahead]
+        .iter()
+        .map(|w| w.as_bytes().to_vec())
+        .collect();
+    assert!(call(server.port(), &ahead).starts_with(b":0"));
+    assert!(!runtime.block_on(lua.check(&[fresh], at, 1)).unwrap()[0].allowed);
+    assert_eq!(cached(), "2");
+    for (i, state) in states.iter().enumerate() {
+        let key = format!("k{i}");
+        let request = LimitKey {
+            limit: &limit,
+            key: key.as_bytes(),
+        };
+        let mut answers = Vec::new();
+        for engine in [Engine::Lua, Engine::Module] {
+            let store = store(&server, &format!("lean:{engine:?}:"), engine);
+            let at = Moment::At(START);
+            runtime.block_on(store.check(&[request], at, 1)).unwrap();
+            let redis_key = String::from_utf8(store.redis_key(key.as_bytes())).unwrap();
+            let fields = server.command(&format!("HKEYS {redis_key}")).unwrap();
+            let field = fields.lines().nth(2).unwrap().to_owned();
+            let mut args = vec![b"HSET".to_vec(), redis_key.clone().into_bytes()];
+            args.push(field.into_bytes());
+            args.push(state.to_vec());
+            assert!(call(server.port(), &args).starts_with(b":0"));
+            // The engines word their errors differently; an error is an
+            // error, and the state must be kept.
+            let answer = match runtime.block_on(store.check(&[request], at, 1)) {
+                Ok(decisions) => format!("{decisions:?}"),
+                Err(_) => "an error".to_owned(),
+            };
+            let kept = server.command(&format!("HVALS {redis_key}")).unwrap();
+            answers.push(format!("{answer} {kept:?}"));
+        }
+        assert_eq!(
+            answers[0],
+            answers[1],
+            "state {:?}",
+            String::from_utf8_lossy(state)
+        );
+    }
+}

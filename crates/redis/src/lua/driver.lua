@@ -202,7 +202,10 @@ local function record()
     error('tollgate: record_unsupported')
   end
   local count = c.A.record(c.L, c.st, now, c.cost)
-  store(c)
+  -- Cost 0 records nothing, so it writes nothing back: not even the
+  -- deletion of a state that has expired at `now`, which an out-of-order
+  -- record at an earlier instant still counts (the memory store keeps it).
+  if not B.is_zero(c.cost) then store(c) end
   return { B.str(now), B.str(count) }
 end
 
