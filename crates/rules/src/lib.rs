@@ -73,9 +73,10 @@
 //! - `wildcard`: wildcard values, compiled, and their per-level index.
 //! - `resolve`: [`Descriptor`], [`Resolved`], and `replaces`.
 //! - `ruleset`: [`RuleSet`], reading files and directories.
-//! - `route`, `route_parse`, `glob`: [`Route`]s, the `routes:` list that
-//!   turns HTTP requests into descriptors (for the gateway and the tower
-//!   middleware), its schema, and [`PathGlob`].
+//! - `route`, `route_parse`, `glob`, `networks`: [`Route`]s, the `routes:`
+//!   list that turns HTTP requests into descriptors (for the gateway and the
+//!   tower middleware), its schema, [`PathGlob`], and [`NetworkSet`] (the
+//!   client networks of `client_cidr`).
 //! - [`check`]: the rules decision through a store, shared by every
 //!   transport.
 //! - [`watch`]: [`watch::RulesWatcher`], reloading on change.
@@ -86,6 +87,7 @@ mod error;
 mod glob;
 mod matcher;
 mod metadata;
+mod networks;
 mod parse;
 mod resolve;
 mod route;
@@ -100,6 +102,7 @@ pub use error::{ErrorKind, Location, RulesError, UnknownDomain};
 pub use glob::PathGlob;
 pub use matcher::Domain;
 pub use metadata::{Metadata, MetadataValue};
+pub use networks::{InvalidNetwork, InvalidNetworkReason, NetworkSet};
 pub use resolve::{Descriptor, Resolved};
 pub use route::{
     Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,

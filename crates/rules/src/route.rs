@@ -3,11 +3,15 @@
 //! extension beside `domain` and `descriptors`.
 //!
 //! This module owns the plain data a route is made of and the matching of
-//! its parts against strings (method, host, path); `parse` builds routes
+//! its parts against the request (method, host, path, client address; the
+//! networks' table is `networks`); `parse` builds routes
 //! from YAML and the middleware reads requests (`tollgate-tower`). Routes
 //! are tried in file order and the first match wins.
 
+use std::net::IpAddr;
+
 use crate::glob::PathGlob;
+use crate::networks::NetworkSet;
 
 /// The longest header name, host or path a route may name, in bytes.
 pub const MAX_ROUTE_TEXT: usize = 1024;
@@ -89,11 +93,17 @@ pub struct RouteMatch {
     pub methods: Vec<String>,
     /// `host`: the request's host, without port.
     pub host: Option<HostMatch>,
+    /// `client_cidr`: the client address must be in one of these networks.
+    pub client_cidr: Option<NetworkSet>,
+    /// `not_client_cidr`: the client address must be in none of these
+    /// networks.
+    pub not_client_cidr: Option<NetworkSet>,
 }
 
 impl RouteMatch {
     /// Whether a request with this method, host (without port; `None` when
-    /// the request names none) and path (without query) matches.
+    /// the request names none) and path (without query) matches, leaving
+    /// the client networks aside (see [`RouteMatch::client_matches`]).
     ///
     /// ```
     /// use tollgate_rules::{HostMatch, PathMatch, RouteMatch};
@@ -102,6 +112,7 @@ impl RouteMatch {
     ///     path: Some(PathMatch::Prefix("/api/".into())),
     ///     methods: vec!["GET".into()],
     ///     host: Some(HostMatch::Subdomain("example.com".into())),
+    ///     ..RouteMatch::default()
     /// };
     /// assert!(m.matches("GET", Some("API.Example.com"), "/api/users"));
     /// assert!(!m.matches("POST", Some("api.example.com"), "/api/users"));
@@ -118,6 +129,46 @@ impl RouteMatch {
             }
         }
         self.path.as_ref().is_none_or(|p| p.matches(path))
+    }
+
+    /// Whether the route names client networks (`client_cidr` or
+    /// `not_client_cidr`), so that matching it needs the client address.
+    pub fn names_client_networks(&self) -> bool {
+        self.client_cidr.is_some() || self.not_client_cidr.is_some()
+    }
+
+    /// Whether a request from `client` (`None`: not known) matches the
+    /// route's client networks: inside one of `client_cidr`'s and none of
+    /// `not_client_cidr`'s. A route that names networks never takes a
+    /// request whose client address is not known.
+    ///
+    /// ```
+    /// use tollgate_rules::{NetworkSet, RouteMatch};
+    ///
+    /// let m = RouteMatch {
+    ///     client_cidr: Some(NetworkSet::parse(["10.0.0.0/8"]).unwrap()),
+    ///     not_client_cidr: Some(NetworkSet::parse(["10.9.0.0/16"]).unwrap()),
+    ///     ..RouteMatch::default()
+    /// };
+    /// let ip = |s: &str| Some(s.parse().unwrap());
+    /// assert!(m.client_matches(ip("10.1.2.3")));
+    /// assert!(!m.client_matches(ip("10.9.2.3")));
+    /// assert!(!m.client_matches(ip("192.0.2.1")));
+    /// assert!(!m.client_matches(None));
+    /// assert!(RouteMatch::default().client_matches(None));
+    /// ```
+    pub fn client_matches(&self, client: Option<IpAddr>) -> bool {
+        if !self.names_client_networks() {
+            return true;
+        }
+        let Some(ip) = client else {
+            return false;
+        };
+        self.client_cidr.as_ref().is_none_or(|n| n.contains(ip))
+            && !self
+                .not_client_cidr
+                .as_ref()
+                .is_some_and(|n| n.contains(ip))
     }
 }
 

@@ -7,6 +7,7 @@
 
 use crate::error::{ErrorKind, Location};
 use crate::glob::{GlobError, PathGlob};
+use crate::networks::NetworkSet;
 use crate::parse::{FileParser, Result};
 use crate::route::{
     Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
@@ -25,7 +26,15 @@ const ROUTE_FIELDS: &[&str] = &[
     "on_missing",
     "on_missing_status",
 ];
-const MATCH_FIELDS: &[&str] = &["path", "path_prefix", "path_glob", "methods", "host"];
+const MATCH_FIELDS: &[&str] = &[
+    "path",
+    "path_prefix",
+    "path_glob",
+    "methods",
+    "host",
+    "client_cidr",
+    "not_client_cidr",
+];
 const REQUEST_HEADERS_FIELDS: &[&str] = &["header_name", "descriptor_key", "skip_if_absent"];
 const GENERIC_KEY_FIELDS: &[&str] = &["descriptor_value", "descriptor_key"];
 const API_KEY_FIELDS: &[&str] = &["header_name"];
@@ -37,7 +46,9 @@ pub(crate) fn expected_route_fields(allowed: &'static [&'static str]) -> &'stati
         a if a == ROUTE_FIELDS => {
             "name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status"
         }
-        a if a == MATCH_FIELDS => "path, path_prefix, path_glob, methods, host",
+        a if a == MATCH_FIELDS => {
+            "path, path_prefix, path_glob, methods, host, client_cidr, not_client_cidr"
+        }
         a if a == REQUEST_HEADERS_FIELDS => "header_name, descriptor_key, skip_if_absent",
         a if a == GENERIC_KEY_FIELDS => "descriptor_value, descriptor_key",
         a if a == API_KEY_FIELDS => "header_name",
@@ -186,11 +197,38 @@ impl FileParser<'_> {
             Some(n) => Some(self.host(n)?),
             None => None,
         };
+        let networks = |field| match f.get(field) {
+            Some(list) => self.networks(field, list).map(Some),
+            None => Ok(None),
+        };
         Ok(RouteMatch {
             path,
             methods,
             host,
+            client_cidr: networks("client_cidr")?,
+            not_client_cidr: networks("not_client_cidr")?,
         })
+    }
+
+    /// A `client_cidr` or `not_client_cidr` list: CIDRs or addresses, at
+    /// least one; an error points at the bad entry.
+    fn networks(&self, field: &'static str, list: &Node) -> Result<NetworkSet> {
+        let Value::Sequence(items) = &list.value else {
+            return Err(self.wrong_type(field, "a list of networks such as 10.0.0.0/8", list));
+        };
+        if items.is_empty() {
+            return Err(self.invalid(list.at, field, "must list at least one network".into()));
+        }
+        let mut entries = Vec::with_capacity(items.len());
+        for item in items {
+            let text = self.bounded_string(field, item)?;
+            // Each entry on its own first, so an error names its place.
+            NetworkSet::parse([text.as_str()])
+                .map_err(|e| self.invalid(item.at, field, e.to_string()))?;
+            entries.push(text);
+        }
+        NetworkSet::parse(entries.iter().map(String::as_str))
+            .map_err(|e| self.invalid(list.at, field, e.to_string()))
     }
 
     fn methods(&self, list: &Node) -> Result<Vec<String>> {

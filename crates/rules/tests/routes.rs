@@ -314,3 +314,77 @@ fn on_missing_errors_name_their_place() {
         "on_missing_status",
     );
 }
+
+#[test]
+fn client_cidr_and_not_client_cidr_match_the_client_network() {
+    let r = routes(
+        r#"domain: edge
+routes:
+  - name: monitoring
+    match: {client_cidr: [10.0.0.0/8, "2001:db8::/32", 192.0.2.7]}
+    enabled: false
+  - name: outsiders
+    match:
+      path_prefix: /admin/
+      not_client_cidr: ["::ffff:198.51.100.0/120"]
+    descriptors: [[remote_address]]
+descriptors: []
+"#,
+    );
+    let ip = |s: &str| Some(s.parse().unwrap());
+    let monitoring = &r[0].matcher;
+    assert!(monitoring.names_client_networks());
+    assert!(monitoring.client_matches(ip("10.20.30.40")));
+    assert!(monitoring.client_matches(ip("::ffff:10.20.30.40")));
+    assert!(monitoring.client_matches(ip("2001:db8:1::9")));
+    assert!(monitoring.client_matches(ip("192.0.2.7")));
+    assert!(!monitoring.client_matches(ip("192.0.2.8")));
+    assert!(!monitoring.client_matches(None));
+    let outsiders = &r[1].matcher;
+    assert!(outsiders.matches("GET", None, "/admin/x"));
+    // The mapped entry is the IPv4 network 198.51.100.0/24.
+    assert!(!outsiders.client_matches(ip("198.51.100.99")));
+    assert!(outsiders.client_matches(ip("198.51.101.1")));
+    assert!(outsiders.client_matches(ip("2001:db8::1")));
+    // An unknown client address matches no route that names networks.
+    assert!(!outsiders.client_matches(None));
+    assert!(r[1].matcher.client_cidr.is_none());
+    let plain = &routes("domain: edge\nroutes:\n  - descriptors: [[path]]\ndescriptors: []\n")[0];
+    assert!(!plain.matcher.names_client_networks());
+    assert!(plain.matcher.client_matches(None));
+}
+
+#[test]
+fn client_cidr_errors_name_the_bad_entry() {
+    let head = "domain: edge\nroutes:\n  - descriptors: [[path]]\n    match:\n";
+    check(
+        &format!("{head}      client_cidr: [10.0.0.0/8, 10.0.0.1/8]\n"),
+        "5:33",
+        "`client_cidr`: \"10.0.0.1/8\" has bits set past its prefix length; the network is 10.0.0.0/8",
+    );
+    check(
+        &format!("{head}      not_client_cidr:\n        - 192.0.2.0/24\n        - 192.0.2.0/33\n"),
+        "7:11",
+        "`not_client_cidr`: \"192.0.2.0/33\" has a bad prefix length: expected a number from 0 to 32",
+    );
+    check(
+        &format!("{head}      client_cidr: [office]\n"),
+        "5:21",
+        "`client_cidr`: \"office\" is not a network: expected an IP address or a CIDR such as 10.0.0.0/8",
+    );
+    check(
+        &format!("{head}      client_cidr: []\n"),
+        "5:20",
+        "`client_cidr`: must list at least one network",
+    );
+    check(
+        &format!("{head}      client_cidr: 10.0.0.0/8\n"),
+        "5:20",
+        "client_cidr",
+    );
+    check(
+        &format!("{head}      client_cidrs: [10.0.0.0/8]\n"),
+        "5:7",
+        "unknown field `client_cidrs` in a route's match (expected one of: path, path_prefix, path_glob, methods, host, client_cidr, not_client_cidr)",
+    );
+}
