@@ -5,6 +5,7 @@
 //! rules decision itself is `tollgate_rules::check`, shared with the
 //! decision service.
 
+use std::cell::OnceCell;
 use std::time::Instant;
 
 use http::request::Parts;
@@ -49,7 +50,11 @@ pub(crate) async fn by_rules<'r, St: Store>(
     let Some(domain) = rules.domain(domain_name) else {
         return Step::Forward;
     };
-    let Some(route) = route::select(domain, parts).filter(|r| r.enabled) else {
+    // The client address, found once if a route's match or descriptors
+    // need it: matching uses the address itself, keys its network.
+    let client = OnceCell::new();
+    let client_address = || *client.get_or_init(|| client_ip(parts, &shared.trusted));
+    let Some(route) = route::select(domain, parts, client_address).filter(|r| r.enabled) else {
         return Step::Forward;
     };
     let shadow = shared.settings.shadow || route.shadow;
@@ -64,7 +69,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
             parts,
             // Keys hold the client's network, not its address.
             client_ip: needs_ip
-                .then(|| client_ip(parts, &shared.trusted))
+                .then(client_address)
                 .flatten()
                 .map(|ip| shared.settings.address_grouping.group(ip)),
             max_value_bytes: shared.settings.max_value_bytes,

@@ -1,10 +1,15 @@
 //! Which route of a domain takes a request: the first in file order whose
-//! `match` fits the request's method, host and path; every request goes to
-//! the default route (`[remote_address]`) when the file has no `routes:`.
+//! `match` fits the request's method, host, path and client address; every
+//! request goes to the default route (`[remote_address]`) when the file has
+//! no `routes:`.
 //!
-//! This module owns reading those three things off an `http` request; the
-//! matching itself is the rules crate's (`RouteMatch::matches`).
+//! This module owns reading those things off an `http` request; the
+//! matching itself is the rules crate's (`RouteMatch::matches` and
+//! `RouteMatch::client_matches`). The client address is the caller's (the
+//! trusted-proxies walk, ungrouped), asked for only when a route names
+//! client networks.
 
+use std::net::IpAddr;
 use std::sync::LazyLock;
 
 use http::request::Parts;
@@ -13,17 +18,23 @@ use tollgate_rules::{Domain, Route};
 /// The route of a rules file without `routes:`.
 static DEFAULT_ROUTE: LazyLock<Route> = LazyLock::new(Route::default_route);
 
-/// The route that takes the request, if any.
-pub(crate) fn select<'r>(domain: &'r Domain, parts: &Parts) -> Option<&'r Route> {
+/// The route that takes the request, if any; `client` gives the request's
+/// client address (`None`: not known).
+pub(crate) fn select<'r>(
+    domain: &'r Domain,
+    parts: &Parts,
+    client: impl Fn() -> Option<IpAddr>,
+) -> Option<&'r Route> {
     let Some(routes) = domain.routes() else {
         return Some(&DEFAULT_ROUTE);
     };
     let host = request_host(parts);
     let method = parts.method.as_str();
     let path = parts.uri.path();
-    routes
-        .iter()
-        .find(|r| r.matcher.matches(method, host, path))
+    routes.iter().find(|r| {
+        r.matcher.matches(method, host, path)
+            && (!r.matcher.names_client_networks() || r.matcher.client_matches(client()))
+    })
 }
 
 /// The host a request names, without port: the URI's authority (HTTP/2,
