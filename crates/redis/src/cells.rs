@@ -31,9 +31,19 @@ pub(crate) struct Cell {
     pub(crate) reservable: bool,
     /// The limit's algorithm, for the errors the script reports.
     pub(crate) algorithm: AlgorithmName,
-    /// Whether the lean script can check it (gcra_lean.lua): a gcra limit
-    /// whose quantities stay below 2^53 in plain Lua numbers.
-    pub(crate) lean: bool,
+    /// The words the lean script takes for it (gcra_lean.lua), when it can
+    /// check it: a gcra limit whose quantities stay below 2^53 in plain Lua
+    /// numbers.
+    pub(crate) lean: Option<Lean>,
+}
+
+/// A gcra limit as gcra_lean.lua takes it: `n` and `p` divided by their
+/// gcd, and the burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lean {
+    pub(crate) n: u64,
+    pub(crate) p: u64,
+    pub(crate) burst: u64,
 }
 
 /// Requests merged into cells, and each request's cell.
@@ -144,18 +154,19 @@ pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
     })
 }
 
-/// Whether gcra_lean.lua can decide `limit`: gcra with `n < 2^20` and
-/// `burst * p <= 2^52` once `n` and `p` are divided by their gcd, the bounds
-/// under which its plain Lua numbers stay exact (see that file).
-pub(crate) fn lean(limit: &Limit) -> bool {
+/// `limit` as gcra_lean.lua takes it, when that script can decide it: gcra
+/// with `n < 2^20` and `burst * p <= 2^52` once `n` and `p` are divided by
+/// their gcd, the bounds under which its plain Lua numbers stay exact (see
+/// that file).
+pub(crate) fn lean(limit: &Limit) -> Option<Lean> {
     if limit.algorithm != AlgorithmName::Gcra {
-        return false;
+        return None;
     }
     let (n, p) = (limit.rate.limit(), limit.rate.period_nanos());
     let common = gcd(n, p);
     let (n, p) = (n / common, p / common);
     let burst = limit.burst.unwrap_or(limit.rate.limit());
-    n < 1 << 20 && u128::from(burst) * u128::from(p) <= 1 << 52
+    (n < 1 << 20 && u128::from(burst) * u128::from(p) <= 1 << 52).then_some(Lean { n, p, burst })
 }
 
 /// The greatest common divisor of two non-zero numbers.
@@ -231,17 +242,27 @@ mod tests {
     fn only_gcra_limits_within_the_lean_bounds_take_the_lean_script() {
         let gcra = |rate: &str| Limit::new(AlgorithmName::Gcra, rate.parse().unwrap());
         // n = 1, p = 10^8, burst 10.
-        assert!(lean(&gcra("10/s")));
+        assert_eq!(
+            lean(&gcra("10/s")),
+            Some(Lean {
+                n: 1,
+                p: 100_000_000,
+                burst: 10
+            })
+        );
         // n reduced below 2^20 by the gcd: 2,000,000/s is 1 per 500 ns.
-        assert!(lean(&gcra("2000000/s")));
+        assert_eq!(
+            lean(&gcra("2000000/s")).map(|l| (l.n, l.p)),
+            Some((1, 500))
+        );
         // n = 1,000,003 < 2^20 = 1,048,576; 1,048,583 (prime) is not.
-        assert!(lean(&gcra("1000003/s")));
-        assert!(!lean(&gcra("1048583/s")));
+        assert!(lean(&gcra("1000003/s")).is_some());
+        assert!(lean(&gcra("1048583/s")).is_none());
         // burst * p: 2^52 at most.
         let day = gcra("1/d");
-        assert!(lean(&day.with_burst(52)));
-        assert!(!lean(&day.with_burst(53)));
+        assert!(lean(&day.with_burst(52)).is_some());
+        assert!(lean(&day.with_burst(53)).is_none());
         let bucket = Limit::new(AlgorithmName::TokenBucket, "10/s".parse().unwrap());
-        assert!(!lean(&bucket));
+        assert!(lean(&bucket).is_none());
     }
 }

@@ -143,7 +143,7 @@ mod tests {
             cost: 1,
             reservable: true,
             algorithm: tollgate_core::AlgorithmName::Gcra,
-            lean: false,
+            lean: None,
         }
     }
 

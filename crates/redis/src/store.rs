@@ -427,10 +427,8 @@ impl RedisStore {
         at: Moment,
         extra: &str,
     ) -> Result<Vec<String>, StoreError> {
-        if matches!(op, "check" | "probe") && cells.iter().all(|c| c.lean) {
-            let reply = self
-                .invoke_script(&self.inner.lean_gcra, op, cells, at, extra)
-                .await?;
+        if matches!(op, "check" | "probe") && cells.iter().all(|c| c.lean.is_some()) {
+            let reply = self.invoke_lean(op, cells, at).await?;
             // The lean script wrote nothing when it answers `fallback`.
             if reply.first().map(String::as_str) != Some("fallback") {
                 return Ok(reply);
@@ -438,6 +436,37 @@ impl RedisStore {
         }
         self.invoke_script(&self.inner.script, op, cells, at, extra)
             .await
+    }
+
+    /// gcra_lean.lua's `op` over `cells`, every one of them lean.
+    async fn invoke_lean(
+        &self,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut invocation = self.inner.lean_gcra.prepare_invoke();
+        for cell in cells {
+            invocation.key(cell.key.as_slice());
+        }
+        let at = match at {
+            Moment::Now => String::new(),
+            Moment::At(ns) => ns.to_string(),
+        };
+        let grace_ms = self.inner.config.ttl_grace.as_millis().to_string();
+        invocation.arg(op).arg(at).arg(grace_ms);
+        for cell in cells {
+            let Some(lean) = cell.lean else {
+                return Err(malformed("a cell the lean script cannot take"));
+            };
+            invocation
+                .arg(cell.field.as_str())
+                .arg(lean.n)
+                .arg(lean.p)
+                .arg(lean.burst)
+                .arg(cell.cost);
+        }
+        self.invoke(invocation, cells).await
     }
 
     /// `script` called with the driver's convention (driver.lua).
@@ -465,6 +494,15 @@ impl RedisStore {
                 .arg(cell.spec.as_str())
                 .arg(cell.cost);
         }
+        self.invoke(invocation, cells).await
+    }
+
+    /// Runs a prepared script call on the connection.
+    async fn invoke(
+        &self,
+        invocation: redis::ScriptInvocation<'_>,
+        cells: &[&Cell],
+    ) -> Result<Vec<String>, StoreError> {
         match &self.inner.connection {
             Connection::Single(manager) => invocation
                 .invoke_async(&mut manager.clone())

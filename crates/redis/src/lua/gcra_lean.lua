@@ -1,6 +1,15 @@
 -- The lean path: `check` and `probe` over gcra cells in plain Lua numbers,
--- the common case of the full script (driver.lua with gcra.lua) with the
--- same calling convention, the same reply and the same state, byte for byte.
+-- the common case of the full script (driver.lua with gcra.lua), with the
+-- same reply and the same state, byte for byte.
+--
+-- KEYS[i]      the hash holding cell i's key
+-- ARGV[1]      check | probe
+-- ARGV[2]      the instant in ns since the epoch, or '' for Redis TIME
+-- ARGV[3]      extra milliseconds of TTL beyond each state's expiry
+-- ARGV[4..]    per cell, five words: field, n, p, burst (n and p divided by
+--              their gcd, as in the full script's spec), cost
+-- (the limit's numbers come as words of their own: a pattern to split a
+-- spec cost more than the rest of a decision's parsing).
 --
 -- The store sends a call here only when it proved, as it planned the call
 -- (cells.rs, `Cell::lean`), that every cell is a gcra limit with n < 2^20
@@ -77,12 +86,14 @@ local n_cells = #KEYS
 local cells = {}
 local all = true
 for i = 1, n_cells do
-  local base = 4 + 3 * (i - 1)
-  local field, spec = ARGV[base + 1], ARGV[base + 2]
-  local cost = tonumber(ARGV[base + 3])
-  local n, p, burst = string.match(spec, '^gcra (%d+) (%d+) (%d+)$')
-  n, p, burst = tonumber(n), tonumber(p), tonumber(burst)
-  if n == nil or cost == nil or S * n >= 9007199254740992 then return FALLBACK end
+  local base = 3 + 5 * (i - 1)
+  local field = ARGV[base + 1]
+  local n, p = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local burst = tonumber(ARGV[base + 4])
+  local cost = tonumber(ARGV[base + 5])
+  if n == nil or p == nil or burst == nil or cost == nil or S * n >= 9007199254740992 then
+    return FALLBACK
+  end
   local cap = burst * p
   -- now * n in two limbs.
   local low = s * n
@@ -120,7 +131,9 @@ for i = 1, n_cells do
   cells[i] = { allowed and 1 or 0, burst, remaining, retry, reset, field, n, H, L, ahead }
 end
 
-if count and all and n_cells > 0 and tonumber(ARGV[7]) ~= 0 then
+-- Counted when every cell admits and the first cell's cost is not zero, as
+-- in driver.lua's `check`.
+if count and all and n_cells > 0 and tonumber(ARGV[8]) ~= 0 then
   for i = 1, n_cells do
     local c = cells[i]
     local key, n, ahead = KEYS[i], c[7], c[10]
@@ -147,7 +160,12 @@ if count and all and n_cells > 0 and tonumber(ARGV[7]) ~= 0 then
 end
 
 -- Numbers below 2^53 go back as integer replies (cheaper than text).
-local out = { instant or (S > 0 and format('%d%09d', S, s) or format('%d', s)) }
+local now_text = instant or (S > 0 and format('%d%09d', S, s) or format('%d', s))
+if n_cells == 1 then
+  local c = cells[1]
+  return { now_text, c[1], c[2], c[3], c[4], c[5], 0, '' }
+end
+local out = { now_text }
 local k = 1
 for i = 1, n_cells do
   local c = cells[i]
