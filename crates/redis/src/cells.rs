@@ -251,10 +251,7 @@ mod tests {
             })
         );
         // n reduced below 2^20 by the gcd: 2,000,000/s is 1 per 500 ns.
-        assert_eq!(
-            lean(&gcra("2000000/s")).map(|l| (l.n, l.p)),
-            Some((1, 500))
-        );
+        assert_eq!(lean(&gcra("2000000/s")).map(|l| (l.n, l.p)), Some((1, 500)));
         // n = 1,000,003 < 2^20 = 1,048,576; 1,048,583 (prime) is not.
         assert!(lean(&gcra("1000003/s")).is_some());
         assert!(lean(&gcra("1048583/s")).is_none());

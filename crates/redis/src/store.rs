@@ -434,8 +434,7 @@ impl RedisStore {
                 return Ok(reply);
             }
         }
-        self.invoke_script(&self.inner.script, op, cells, at, extra)
-            .await
+        self.invoke_script(op, cells, at, extra).await
     }
 
     /// gcra_lean.lua's `op` over `cells`, every one of them lean.
@@ -445,16 +444,7 @@ impl RedisStore {
         cells: &[&Cell],
         at: Moment,
     ) -> Result<Vec<String>, StoreError> {
-        let mut invocation = self.inner.lean_gcra.prepare_invoke();
-        for cell in cells {
-            invocation.key(cell.key.as_slice());
-        }
-        let at = match at {
-            Moment::Now => String::new(),
-            Moment::At(ns) => ns.to_string(),
-        };
-        let grace_ms = self.inner.config.ttl_grace.as_millis().to_string();
-        invocation.arg(op).arg(at).arg(grace_ms);
+        let mut invocation = self.invocation(&self.inner.lean_gcra, op, cells, at);
         for cell in cells {
             let Some(lean) = cell.lean else {
                 return Err(malformed("a cell the lean script cannot take"));
@@ -469,15 +459,35 @@ impl RedisStore {
         self.invoke(invocation, cells).await
     }
 
-    /// `script` called with the driver's convention (driver.lua).
+    /// The full script called with the driver's convention (driver.lua).
     async fn invoke_script(
         &self,
-        script: &redis::Script,
         op: &str,
         cells: &[&Cell],
         at: Moment,
         extra: &str,
     ) -> Result<Vec<String>, StoreError> {
+        let mut invocation = self.invocation(&self.inner.script, op, cells, at);
+        invocation.arg(extra);
+        for cell in cells {
+            invocation
+                .arg(cell.field.as_str())
+                .arg(cell.spec.as_str())
+                .arg(cell.cost);
+        }
+        self.invoke(invocation, cells).await
+    }
+
+    /// A call of `script` with what both scripts take first: the cells'
+    /// keys, then the operation, the instant ('' for Redis's clock) and the
+    /// TTL grace in ms.
+    fn invocation<'s>(
+        &self,
+        script: &'s redis::Script,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+    ) -> redis::ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
         for cell in cells {
             invocation.key(cell.key.as_slice());
@@ -487,14 +497,8 @@ impl RedisStore {
             Moment::At(ns) => ns.to_string(),
         };
         let grace_ms = self.inner.config.ttl_grace.as_millis().to_string();
-        invocation.arg(op).arg(at).arg(grace_ms).arg(extra);
-        for cell in cells {
-            invocation
-                .arg(cell.field.as_str())
-                .arg(cell.spec.as_str())
-                .arg(cell.cost);
-        }
-        self.invoke(invocation, cells).await
+        invocation.arg(op).arg(at).arg(grace_ms);
+        invocation
     }
 
     /// Runs a prepared script call on the connection.
