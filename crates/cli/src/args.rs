@@ -109,6 +109,9 @@ pub struct ServeArgs {
     /// The store and its settings.
     #[command(flatten)]
     pub storage: StoreArgs,
+    /// The connection cap and timeouts of both ports.
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
     /// Honour `at_ms` in requests (client-side deployments and tests).
     #[arg(long, env = "TOLLGATE_TRUST_CLIENT_TIME")]
     pub trust_client_time: bool,
@@ -281,10 +284,39 @@ pub struct GatewayArgs {
     /// The store and its settings.
     #[command(flatten)]
     pub storage: StoreArgs,
+    /// The connection cap and timeouts of the gateway's and the admin
+    /// port.
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
     /// Log format: `text` or `json` [default: text]. The level comes from
     /// `RUST_LOG` (default `info`).
     #[arg(long, env = "TOLLGATE_LOG_FORMAT")]
     pub log_format: Option<String>,
+}
+
+/// What clients may hold, and for how long; the same flags for `serve`
+/// and `gateway`, applied to each port.
+#[derive(Debug, Args, Default)]
+pub struct ConnectionArgs {
+    /// Longest time a client may take to send an HTTP/1 request head,
+    /// e.g. `30s`, `500ms`; the wait for the next request on a keep-alive
+    /// connection counts too. Then the connection is closed
+    /// [default: 30s].
+    #[arg(long, env = "TOLLGATE_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Option<String>,
+    /// Longest pause while a client sends a request body; then the
+    /// request answers `408` and the connection closes [default: 60s].
+    #[arg(long, env = "TOLLGATE_BODY_READ_TIMEOUT")]
+    pub body_read_timeout: Option<String>,
+    /// A connection that moves no byte either way for this long is closed,
+    /// after the request in flight if any [default: 75s].
+    #[arg(long, env = "TOLLGATE_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<String>,
+    /// The most connections open at once on each port; more are closed as
+    /// they come, counted in `tollgate_connections_rejected_total`
+    /// [default: 10000, less when the open-files limit is lower].
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
 }
 
 /// `tollgate check-rules`.

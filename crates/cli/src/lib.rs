@@ -10,6 +10,8 @@
 //! - [`pace`]: `tollgate pace`, waiting for a slot on a service, then
 //!   running a command.
 //! - [`store`]: the store of `serve` and `gateway`, built once for both.
+//! - [`connections`]: the connection cap and timeouts of `serve` and
+//!   `gateway`.
 //! - [`config_file`], [`logging`], [`shutdown`]: what the long-running
 //!   subcommands share — the TOML file and the error of a bad setting,
 //!   logs, and the shutdown signal.
@@ -20,6 +22,7 @@
 pub mod args;
 pub mod check_rules;
 pub mod config_file;
+pub mod connections;
 pub mod gateway;
 pub mod logging;
 pub mod pace;

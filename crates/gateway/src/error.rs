@@ -8,6 +8,7 @@
 //! | no answer's headers within the upstream timeout | `504 Gateway Timeout` |
 //! | a request target that cannot be put on the upstream | `400 Bad Request` |
 //! | `CONNECT` (the gateway is no forward proxy) | `405 Method Not Allowed` |
+//! | the client stopped sending the request body for the body read timeout | `408 Request Timeout` (and the connection closes) |
 //!
 //! The `detail` names the upstream and the cause, so a client (and the
 //! person reading its logs) can tell a gateway problem from an upstream
@@ -16,9 +17,10 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use serde::Serialize;
+use tollgate_listener::BodyTimeout;
 
 use crate::body::ProxyBody;
 use crate::upstream::{InvalidTarget, Upstream};
@@ -58,6 +60,13 @@ pub enum ProxyError {
     /// A `CONNECT` request: tunnels to arbitrary hosts are not offered.
     #[error("CONNECT is not forwarded: this gateway forwards requests to one upstream")]
     ConnectMethod,
+    /// The client stopped sending the request body before the upstream
+    /// answered (the listener's body read timeout).
+    #[error("the request body stopped coming: nothing arrived for {}", seconds(*.timeout))]
+    BodyTimeout {
+        /// The body read timeout.
+        timeout: Duration,
+    },
 }
 
 /// An RFC 9457 problem details object.
@@ -76,6 +85,11 @@ impl ProxyError {
         upstream: &Upstream,
         error: &hyper_util::client::legacy::Error,
     ) -> ProxyError {
+        if let Some(timeout) = BodyTimeout::find(error) {
+            return ProxyError::BodyTimeout {
+                timeout: timeout.timeout,
+            };
+        }
         if error.is_connect() {
             ProxyError::Connect {
                 upstream: upstream.to_string(),
@@ -96,6 +110,7 @@ impl ProxyError {
             ProxyError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Target(_) => StatusCode::BAD_REQUEST,
             ProxyError::ConnectMethod => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -118,6 +133,13 @@ impl ProxyError {
             CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let ProxyError::BodyTimeout { .. } = self {
+            // The rest of the body may still come: the connection cannot
+            // carry another request.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         if let ProxyError::ConnectMethod = self {
             // RFC 9110 §15.5.6: a 405 lists the methods that are allowed.
             response.headers_mut().insert(
@@ -211,6 +233,15 @@ mod tests {
             .contains("http://up: tcp connect error"));
         let target = ProxyError::Target(InvalidTarget("*".into()));
         assert_eq!(target.status(), StatusCode::BAD_REQUEST);
+        let timeout = ProxyError::BodyTimeout {
+            timeout: Duration::from_millis(200),
+        };
+        let (status, _, body) = answer(timeout).await;
+        assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(
+            body["detail"],
+            "the request body stopped coming: nothing arrived for 200ms"
+        );
         let response = ProxyError::ConnectMethod.into_response();
         assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert!(response.headers().contains_key(ALLOW));

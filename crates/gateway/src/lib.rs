@@ -28,7 +28,8 @@
 //! - `body`: [`ProxyBody`], the answers' body.
 //! - `error`: [`ProxyError`], the one place failures become statuses and
 //!   problem details.
-//! - `listener`: [`run`], the accept loop with graceful shutdown.
+//! - `listener`: [`run`], the accept loop (`tollgate_listener`'s, with the
+//!   connection cap and timeouts) and [`RequestBody`].
 //! - `paired`: [`PairedUpstream`], a client connection's own upstream
 //!   connection, driven in its task.
 
@@ -45,7 +46,7 @@ mod upstream;
 
 pub use body::ProxyBody;
 pub use error::ProxyError;
-pub use listener::run;
+pub use listener::{run, RequestBody};
 pub use paired::PairedUpstream;
 pub use proxy::{Proxy, ProxyFuture, ProxySettings};
 pub use tls::UpstreamTlsError;

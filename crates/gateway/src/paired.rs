@@ -27,6 +27,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use parking_lot::Mutex;
+use tollgate_listener::BodyTimeout;
 use tower::ServiceExt;
 
 use crate::error::{self, ProxyError};
@@ -251,9 +252,14 @@ fn answered<B>(
         Err(mut error) => match error.take_message() {
             // Not sent: the connection closed meanwhile; the pool takes it.
             Some(request) => Sent::Declined(request),
-            None => Sent::Answered(Err(ProxyError::Upstream {
-                upstream: upstream.to_string(),
-                cause: error::causes(error.error()),
+            None => Sent::Answered(Err(match BodyTimeout::find(error.error()) {
+                Some(timeout) => ProxyError::BodyTimeout {
+                    timeout: timeout.timeout,
+                },
+                None => ProxyError::Upstream {
+                    upstream: upstream.to_string(),
+                    cause: error::causes(error.error()),
+                },
             })),
         },
     }

@@ -2,7 +2,8 @@
 //! behind it.
 //!
 //! Same stack as `tollgate serve`: axum 0.8 on hyper 1 over HTTP/1.1,
-//! `axum::serve` with a graceful shutdown, on a default tokio multi-thread
+//! `tollgate_listener::serve` (the connection cap and timeouts) with a
+//! graceful shutdown, on a default tokio multi-thread
 //! runtime (one worker per CPU it may run on). One route, `POST /v1/check`,
 //! reads the request body whole (as tollgate's body extractor does, under a
 //! size limit) and answers `200` with a fixed body and fixed headers of the
@@ -23,6 +24,7 @@
 
 use std::error::Error;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::Request;
@@ -32,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use tokio::net::TcpListener;
+use tollgate_listener::{ConnectionSettings, Protocols, Unobserved};
 
 /// The `tollgate` binary's allocator, so the two servers differ only by the
 /// decision behind the answer.
@@ -91,11 +94,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         let listener = TcpListener::bind(address).await?;
         println!("bare_http: listening on http://{}", listener.local_addr()?);
         let router = Router::new().route("/v1/check", post(check));
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async {
+        tollgate_listener::serve(
+            listener,
+            ConnectionSettings::default(),
+            Protocols::Http1And2,
+            Arc::new(Unobserved),
+            move |_| (router.clone(), std::future::pending()),
+            async {
                 let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+            },
+        )
+        .await?;
         Ok(())
     })
 }

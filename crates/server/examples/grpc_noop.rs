@@ -2,9 +2,9 @@
 //! decision behind it.
 //!
 //! Same stack as `tollgate serve --grpc`: the `RateLimitService` generated
-//! from tollgate's own `.proto` files, served by tonic's
-//! `transport::Server` with default settings next to the `grpc.health.v1`
-//! service, on a default tokio multi-thread runtime (one worker per CPU it may
+//! from tollgate's own `.proto` files, served next to the `grpc.health.v1`
+//! service by tonic's routes on `tollgate_listener::serve` (HTTP/2 only,
+//! default connection settings), on a default tokio multi-thread runtime (one worker per CPU it may
 //! run on) and the `tollgate` binary's allocator. `ShouldRateLimit` answers
 //! every request with the same `RateLimitResponse` tollgate gives an admitted
 //! request of the benchmark (`examples/rules/bench-grpc.yaml`): overall OK and
@@ -20,8 +20,10 @@
 
 use std::error::Error;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tollgate_listener::{ConnectionSettings, Protocols, Unobserved};
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
@@ -29,7 +31,7 @@ use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_se
     RateLimitService, RateLimitServiceServer,
 };
 use tollgate_server::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tonic::transport::server::TcpIncoming;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 /// The `tollgate` binary's allocator, so the two servers differ only by the
@@ -92,13 +94,20 @@ fn main() -> Result<(), Box<dyn Error>> {
         // The same server as `tollgate_server::grpc::serve_grpc`.
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<RateLimitServiceServer<Noop>>().await;
-        tonic::transport::Server::builder()
-            .add_service(health_service)
+        let routes = Routes::new(health_service)
             .add_service(RateLimitServiceServer::new(Noop))
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+            .prepare();
+        tollgate_listener::serve(
+            listener,
+            ConnectionSettings::default(),
+            Protocols::Http2,
+            Arc::new(Unobserved),
+            move |_| (routes.clone(), std::future::pending()),
+            async {
                 let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+            },
+        )
+        .await?;
         Ok(())
     })
 }

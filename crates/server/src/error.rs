@@ -3,7 +3,8 @@
 //! body. Handlers return `ApiError`s; they never pick status codes of their
 //! own.
 
-use axum::http::StatusCode;
+use axum::http::header::CONNECTION;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -58,6 +59,22 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A `408` for a request body the client stopped sending for
+    /// `timeout` (the listener's body read timeout); the connection is
+    /// closed after it.
+    pub fn body_timeout(timeout: std::time::Duration) -> ApiError {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "body_timeout",
+            message: format!(
+                "the request body stopped coming: nothing arrived for {} ms",
+                timeout.as_millis()
+            ),
+        }
+    }
+}
+
 impl From<LimitError> for ApiError {
     fn from(error: LimitError) -> ApiError {
         let code = match &error {
@@ -107,7 +124,15 @@ impl IntoResponse for ApiError {
                 message: &self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the body may still come: the connection cannot
+            // carry another request.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 

@@ -7,6 +7,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 use tollgate_core::Store;
+use tollgate_listener::BodyTimeout;
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -26,11 +27,15 @@ impl<S: Store, T: DeserializeOwned> FromRequest<App<S>> for JsonBody<T> {
     }
 }
 
-/// Reads a body of at most `limit` bytes.
+/// Reads a body of at most `limit` bytes: `408` when the client stopped
+/// sending it (the listener's body read timeout), `413` otherwise.
 pub(crate) async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, limit)
         .await
-        .map_err(|_| ApiError::body_too_large(limit))
+        .map_err(|error| match BodyTimeout::find(&error) {
+            Some(timeout) => ApiError::body_timeout(timeout.timeout),
+            None => ApiError::body_too_large(limit),
+        })
 }
 
 /// Decodes JSON, naming what is wrong and where.

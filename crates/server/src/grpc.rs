@@ -11,8 +11,9 @@ use std::time::Duration;
 use prost_types::value::Kind;
 use tokio::net::TcpListener;
 use tollgate_core::{Moment, Store};
+use tollgate_listener::{ConnectionSettings, Protocols};
 use tollgate_rules::{Metadata, MetadataValue, RateLimitUnit};
-use tonic::transport::server::TcpIncoming;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use crate::app::App;
@@ -267,22 +268,36 @@ fn struct_value(fields: BTreeMap<String, prost_types::Value>) -> prost_types::Va
 
 /// Serves `ShouldRateLimit` and the health service on `listener` until
 /// `shutdown` completes; calls in flight are answered first.
+///
+/// Connections speak HTTP/2 only and are held to `connections` (see
+/// `tollgate_listener`: a cap on open connections, an idle timeout, a body
+/// read timeout, which fails the call), counted in `app`'s metrics under
+/// `listener="grpc"`.
 pub async fn serve_grpc<S: Store>(
     listener: TcpListener,
     app: App<S>,
     response_headers: bool,
+    connections: ConnectionSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+) -> std::io::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<RateLimitServiceServer<RateLimitGrpc<S>>>()
         .await;
-    tonic::transport::Server::builder()
-        .add_service(health_service)
+    let observer = Arc::new(app.metrics().connections("grpc"));
+    let routes = Routes::new(health_service)
         .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(
             app,
             response_headers,
         )))
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
-        .await
+        .prepare();
+    tollgate_listener::serve(
+        listener,
+        connections,
+        Protocols::Http2,
+        observer,
+        move |_| (routes.clone(), std::future::pending()),
+        shutdown,
+    )
+    .await
 }

@@ -10,7 +10,8 @@
 //! # Layout
 //!
 //! - `app`: [`App`], the shared state, and [`router`].
-//! - `serve`: [`serve`], the listener loop with graceful shutdown.
+//! - `serve`: [`serve`], the HTTP port on `tollgate_listener`'s accept
+//!   loop (connection cap, timeouts, graceful shutdown).
 //! - `settings`: [`Settings`].
 //! - `wire`: the JSON bodies.
 //! - `extract`: body size limit, strict JSON decoding, the admin token.

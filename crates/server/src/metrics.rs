@@ -71,6 +71,36 @@ struct EngineLabels {
     engine: &'static str,
 }
 
+/// The listener label of the connection metrics: `http`, `grpc`,
+/// `gateway` or `admin`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: &'static str,
+}
+
+/// One listener's connection metrics, as its
+/// [`ConnectionObserver`](tollgate_listener::ConnectionObserver): the open
+/// connections and those closed at the cap.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    open: Gauge,
+    rejected: Counter,
+}
+
+impl tollgate_listener::ConnectionObserver for ConnectionMetrics {
+    fn opened(&self) {
+        self.open.inc();
+    }
+
+    fn closed(&self) {
+        self.open.dec();
+    }
+
+    fn refused(&self) {
+        self.rejected.inc();
+    }
+}
+
 /// How one rule's decision counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -112,6 +142,8 @@ pub struct Metrics {
     memory_used: Gauge,
     memory_unstored: Counter,
     redis_engine: Family<EngineLabels, Gauge>,
+    connections_open: Family<ListenerLabels, Gauge>,
+    connections_rejected: Family<ListenerLabels, Counter>,
     detailed: Mutex<ValueLabels>,
     values_per_rule: usize,
     /// Handles onto each (domain, rule)'s counters, so counting a decision
@@ -219,6 +251,8 @@ impl Metrics {
             memory_used: Gauge::default(),
             memory_unstored: Counter::default(),
             redis_engine: Family::default(),
+            connections_open: Family::default(),
+            connections_rejected: Family::default(),
             detailed: Mutex::new(ValueLabels::default()),
             values_per_rule: DEFAULT_VALUES_PER_RULE,
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
@@ -289,6 +323,16 @@ impl Metrics {
             "New keys decided without being stored: the memory store was at its cap and every state it could have evicted was refusing requests",
             metrics.memory_unstored.clone(),
         );
+        registry.register(
+            "connections_open",
+            "Connections open, per listener (http, grpc, gateway, admin)",
+            metrics.connections_open.clone(),
+        );
+        registry.register(
+            "connections_rejected",
+            "Connections closed as they came because their listener was at its cap (--max-connections), per listener",
+            metrics.connections_rejected.clone(),
+        );
         let routes = DECISION_ROUTES
             .iter()
             .map(|&route| {
@@ -305,6 +349,16 @@ impl Metrics {
             registry,
             routes,
             ..metrics
+        }
+    }
+
+    /// The connection metrics of the listener `listener` (`http`, `grpc`,
+    /// `gateway`, `admin`), created at zero.
+    pub fn connections(&self, listener: &'static str) -> ConnectionMetrics {
+        let labels = ListenerLabels { listener };
+        ConnectionMetrics {
+            open: self.connections_open.get_or_create(&labels).clone(),
+            rejected: self.connections_rejected.get_or_create(&labels).clone(),
         }
     }
 

@@ -2,23 +2,38 @@
 //! finishes the requests in flight.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tollgate_core::Store;
+use tollgate_listener::{ConnectionSettings, Protocols};
 
 use crate::app::{router, App};
 
 /// Serves the HTTP API of `app` on `listener` until `shutdown` completes;
 /// requests in flight when it does are answered before this returns.
 ///
+/// Connections are held to `connections` (see `tollgate_listener`): a
+/// request body the client stops sending answers `408 body_timeout`, and
+/// connections are counted in `app`'s metrics under `listener="http"`.
+///
 /// The listener and the signal are passed in, so a test binds
 /// `127.0.0.1:0`, spawns this, and talks to it over a real socket.
 pub async fn serve<S: Store>(
     listener: TcpListener,
     app: App<S>,
+    connections: ConnectionSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let observer = Arc::new(app.metrics().connections("http"));
+    let router = router(app);
+    tollgate_listener::serve(
+        listener,
+        connections,
+        Protocols::Http1And2,
+        observer,
+        move |_| (router.clone(), std::future::pending()),
+        shutdown,
+    )
+    .await
 }

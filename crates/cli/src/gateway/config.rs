@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate_core::rate::parse_duration;
 use tollgate_gateway::Upstream;
+use tollgate_listener::ConnectionSettings;
 use tollgate_rules::RuleSet;
 use tollgate_server::metrics::DEFAULT_VALUES_PER_RULE;
 use tollgate_tower::{
@@ -17,6 +18,7 @@ use tollgate_tower::{
 
 use crate::args::GatewayArgs;
 use crate::config_file::{self, ConfigError};
+use crate::connections::{self, ConnectionFile};
 use crate::logging::LogFormat;
 use crate::store::{StoreConfig, StoreFile};
 
@@ -59,6 +61,10 @@ struct ConfigFile {
     redis_tls_cert: Option<PathBuf>,
     redis_tls_key: Option<PathBuf>,
     memory_max_bytes: Option<usize>,
+    header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    max_connections: Option<usize>,
 }
 
 impl ConfigFile {
@@ -75,6 +81,16 @@ impl ConfigFile {
             redis_tls_cert: self.redis_tls_cert.take(),
             redis_tls_key: self.redis_tls_key.take(),
             memory_max_bytes: self.memory_max_bytes.take(),
+        }
+    }
+
+    /// The connection keys, taken out for [`connections::resolve`].
+    fn connection_keys(&mut self) -> ConnectionFile {
+        ConnectionFile {
+            header_read_timeout: self.header_read_timeout.take(),
+            body_read_timeout: self.body_read_timeout.take(),
+            idle_timeout: self.idle_timeout.take(),
+            max_connections: self.max_connections.take(),
         }
     }
 }
@@ -113,6 +129,9 @@ pub struct GatewayConfig {
     pub address_grouping: AddressGrouping,
     /// The store.
     pub store: StoreConfig,
+    /// The connection cap and timeouts, of the gateway's and the admin
+    /// port.
+    pub connections: ConnectionSettings,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -125,6 +144,8 @@ impl GatewayConfig {
             None => ConfigFile::default(),
         };
         let store = StoreConfig::resolve(&args.storage, file.store_keys())?;
+        // Each client connection has an upstream connection of its own.
+        let connections = connections::resolve(&args.connections, file.connection_keys(), 2)?;
         let log_format = LogFormat::parse(args.log_format.clone().or(file.log_format).as_deref())?;
         let upstream = args.upstream.clone().or(file.upstream).ok_or_else(|| {
             ConfigError::Invalid(
@@ -204,6 +225,7 @@ impl GatewayConfig {
             headers: !(args.no_headers || file.no_headers.unwrap_or(false)),
             address_grouping,
             store,
+            connections,
             log_format,
         })
     }
@@ -280,7 +302,8 @@ mod tests {
              upstream_timeout = \"2s\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
              shadow = true\nmemory_max_bytes = 4096\nadmin = \"127.0.0.1:7001\"\n\
              ipv6_prefix = 48\nipv4_prefix = 24\n\
-             quota_mode = true\nmerge_domains = true\nmetric_values_per_rule = 3\n",
+             quota_mode = true\nmerge_domains = true\nmetric_values_per_rule = 3\n\
+             body_read_timeout = \"3s\"\nheader_read_timeout = \"4s\"\n",
         )
         .unwrap();
         let from_file = GatewayConfig::resolve(&GatewayArgs {
@@ -291,6 +314,14 @@ mod tests {
         assert_eq!(from_file.upstream.to_string(), "http://file:1");
         assert!(from_file.quota_mode && from_file.merge_domains);
         assert_eq!(from_file.metric_values_per_rule, 3);
+        assert_eq!(
+            from_file.connections.body_read_timeout,
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            from_file.connections.header_read_timeout,
+            Duration::from_secs(4)
+        );
         assert_eq!(from_file.listen.port(), 7000);
         assert_eq!(from_file.admin.map(|a| a.port()), Some(7001));
         assert_eq!(from_file.upstream_timeout, Duration::from_secs(2));

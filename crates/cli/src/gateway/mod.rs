@@ -14,7 +14,8 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate_core::Store;
-use tollgate_gateway::{self as gateway, Proxy, ProxySettings};
+use tollgate_gateway::{self as gateway, Proxy, ProxySettings, RequestBody};
+use tollgate_listener::Protocols;
 use tollgate_rules::watch::{RulesWatcher, WatchOptions};
 use tollgate_rules::{LoadOptions, RuleSet};
 use tollgate_server::metrics::Metrics;
@@ -62,7 +63,7 @@ pub fn run(args: &GatewayArgs) -> Result<()> {
 }
 
 /// Builds the store and its housekeeping, then serves.
-async fn serve(config: GatewayConfig, proxy: Proxy, rules: RuleSet) -> Result<()> {
+async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet) -> Result<()> {
     let metrics = Arc::new(Metrics::new().with_values_per_rule(config.metric_values_per_rule));
     let gauge = {
         let metrics = Arc::clone(&metrics);
@@ -93,7 +94,7 @@ async fn serve(config: GatewayConfig, proxy: Proxy, rules: RuleSet) -> Result<()
 /// Watches the rules, binds the ports and serves until a shutdown signal.
 async fn serve_on<S: Store>(
     config: &GatewayConfig,
-    proxy: Proxy,
+    proxy: Proxy<RequestBody>,
     store: Arc<S>,
     rules: RuleSet,
     metrics: Arc<Metrics>,
@@ -164,14 +165,27 @@ async fn serve_on<S: Store>(
         shutdown.received().await;
         let _ = stop.send(true);
     });
-    let gateway = gateway::run(listener, service, until_stopped(stopped.clone()));
+    let gateway = gateway::run(
+        listener,
+        service,
+        config.connections,
+        Arc::new(metrics.connections("gateway")),
+        until_stopped(stopped.clone()),
+    );
     let admin = async {
         match admin {
             Some(listener) => {
-                let router = tollgate_server::admin_router(store, metrics);
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(until_stopped(stopped))
-                    .await
+                let observer = Arc::new(metrics.connections("admin"));
+                let router = tollgate_server::admin_router(store, Arc::clone(&metrics));
+                tollgate_listener::serve(
+                    listener,
+                    config.connections,
+                    Protocols::Http1And2,
+                    observer,
+                    move |_| (router.clone(), std::future::pending()),
+                    until_stopped(stopped),
+                )
+                .await
             }
             None => Ok(()),
         }

@@ -7,11 +7,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate_listener::ConnectionSettings;
 use tollgate_server::metrics::DEFAULT_VALUES_PER_RULE;
 use tollgate_server::Settings;
 
 use crate::args::ServeArgs;
 use crate::config_file::{self, ConfigError};
+use crate::connections::{self, ConnectionFile};
 use crate::logging::LogFormat;
 use crate::store::{StoreConfig, StoreFile};
 
@@ -34,6 +36,10 @@ struct ConfigFile {
     redis_tls_cert: Option<PathBuf>,
     redis_tls_key: Option<PathBuf>,
     memory_max_bytes: Option<usize>,
+    header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    max_connections: Option<usize>,
     trust_client_time: Option<bool>,
     snapshot: Option<PathBuf>,
     snapshot_interval: Option<u64>,
@@ -64,6 +70,16 @@ impl ConfigFile {
             memory_max_bytes: self.memory_max_bytes.take(),
         }
     }
+
+    /// The connection keys, taken out for [`connections::resolve`].
+    fn connection_keys(&mut self) -> ConnectionFile {
+        ConnectionFile {
+            header_read_timeout: self.header_read_timeout.take(),
+            body_read_timeout: self.body_read_timeout.take(),
+            idle_timeout: self.idle_timeout.take(),
+            max_connections: self.max_connections.take(),
+        }
+    }
 }
 
 /// Validated settings of `tollgate serve`.
@@ -79,6 +95,8 @@ pub struct ServeConfig {
     pub rules: Option<PathBuf>,
     /// The store.
     pub store: StoreConfig,
+    /// The connection cap and timeouts, of each port.
+    pub connections: ConnectionSettings,
     /// Snapshot path, if any.
     pub snapshot: Option<PathBuf>,
     /// Period of snapshots; `None` saves only on shutdown.
@@ -99,6 +117,8 @@ impl ServeConfig {
             None => ConfigFile::default(),
         };
         let store = StoreConfig::resolve(&args.storage, file.store_keys())?;
+        // Two ports share the process's file descriptors.
+        let connections = connections::resolve(&args.connections, file.connection_keys(), 2)?;
         let log_format = LogFormat::parse(args.log_format.clone().or(file.log_format).as_deref())?;
         let defaults = Settings::default();
         let settings = Settings {
@@ -150,6 +170,7 @@ impl ServeConfig {
             response_headers: args.response_headers || file.response_headers.unwrap_or(false),
             rules: args.rules.clone().or(file.rules),
             store,
+            connections,
             snapshot: args.snapshot.clone().or(file.snapshot),
             snapshot_interval: (interval > 0).then(|| Duration::from_secs(interval)),
             settings,
@@ -170,15 +191,22 @@ mod tests {
         let path = dir.path().join("tollgate.toml");
         std::fs::write(
             &path,
-            "http = \"127.0.0.1:9000\"\nmax_key_bytes = 10\nshadow = true\n",
+            "http = \"127.0.0.1:9000\"\nmax_key_bytes = 10\nshadow = true\n\
+             idle_timeout = \"5s\"\nmax_connections = 40\n",
         )
         .unwrap();
         let args = ServeArgs {
             config: Some(path.clone()),
             max_key_bytes: Some(20),
+            connections: crate::args::ConnectionArgs {
+                max_connections: Some(50),
+                ..crate::args::ConnectionArgs::default()
+            },
             ..ServeArgs::default()
         };
         let c = ServeConfig::resolve(&args).unwrap();
+        assert_eq!(c.connections.idle_timeout, Duration::from_secs(5));
+        assert_eq!(c.connections.max_connections, 50);
         assert_eq!(c.http.port(), 9000);
         assert_eq!(c.settings.max_key_bytes, 20);
         assert!(c.settings.shadow);

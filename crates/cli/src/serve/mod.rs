@@ -178,11 +178,17 @@ async fn run_servers<S: Store>(app: App<S>, config: &ServeConfig) -> Result<()> 
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|&s| s).await;
     };
-    let http = tollgate_server::serve(listener, app.clone(), until_stopped(stopped.clone()));
+    let http = tollgate_server::serve(
+        listener,
+        app.clone(),
+        config.connections,
+        until_stopped(stopped.clone()),
+    );
     let grpc = tollgate_server::grpc::serve_grpc(
         grpc_listener,
         app.clone(),
         config.response_headers,
+        config.connections,
         until_stopped(stopped),
     );
     let (http, grpc) = tokio::join!(http, grpc);
