@@ -149,3 +149,58 @@ async fn connections_over_the_cap_are_closed_counted_and_the_open_ones_served() 
         assert_eq!(metric(&metrics, sample), value, "{sample}\n{metrics}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_connection_keeps_its_place_under_the_cap() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--max-connections",
+        "1",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let (mut socket, _) = tokio::time::timeout(
+        raw::PATIENCE,
+        tokio_tungstenite::connect_async(format!("ws://{}/ws", gw.address)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    socket.send(Message::text("hello")).await.unwrap();
+    let echoed = tokio::time::timeout(raw::PATIENCE, socket.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(echoed, Message::text("hello"));
+    // The WebSocket, handed over by the HTTP connection, still holds the
+    // only place.
+    let mut over = Raw::connect(&gw.address);
+    over.send(b"GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(over.until_closed().is_empty());
+    let mut admin = Raw::connect(gw.admin.as_deref().unwrap());
+    let metrics = admin.request("GET", "/metrics", None).body;
+    assert_eq!(
+        metric(&metrics, "tollgate_connections_open{listener=\"gateway\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "tollgate_connections_rejected_total{listener=\"gateway\"}"
+        ),
+        1.0
+    );
+    socket.send(Message::text("still here")).await.unwrap();
+    let echoed = tokio::time::timeout(raw::PATIENCE, socket.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(echoed, Message::text("still here"));
+}

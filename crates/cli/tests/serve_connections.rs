@@ -13,6 +13,8 @@
 #[path = "support/raw.rs"]
 mod raw;
 mod support;
+#[path = "support/upstream.rs"]
+mod upstream;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use raw::Raw;
@@ -232,5 +234,56 @@ fn idle_grpc_connections_are_closed() {
             "the connection was still open after {:?}",
             raw::PATIENCE
         );
+    });
+}
+
+#[test]
+fn a_grpc_call_whose_body_stops_coming_fails() {
+    let server = Server::start(&["--body-read-timeout", "200ms"]);
+    let address = server.grpc.trim_start_matches("http://").to_owned();
+    let runtime = runtime();
+    runtime.block_on(async {
+        let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http2::handshake::<
+            _,
+            _,
+            upstream::TestBody,
+        >(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        let (body, frames) = upstream::TestBody::channel();
+        let request = http::Request::post(format!(
+            "{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            server.grpc
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap();
+        // A gRPC message that promises 100 bytes and sends 3, then nothing
+        // (the sender is kept, so the stream stays open).
+        frames
+            .send(Ok(bytes::Bytes::from_static(&[0, 0, 0, 0, 100, 1, 2, 3])))
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(raw::PATIENCE, sender.send_request(request))
+            .await
+            .expect("no answer to a call whose body stopped coming")
+            .unwrap();
+        let status = match answer.headers().get("grpc-status") {
+            Some(status) => status.to_str().unwrap().to_owned(),
+            None => {
+                use http_body_util::BodyExt;
+                let collected = tokio::time::timeout(raw::PATIENCE, answer.into_body().collect())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let trailers = collected.trailers().cloned().unwrap_or_default();
+                trailers["grpc-status"].to_str().unwrap().to_owned()
+            }
+        };
+        assert_ne!(status, "0");
+        drop(frames);
     });
 }

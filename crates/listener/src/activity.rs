@@ -41,22 +41,28 @@ impl Activity {
 
 pin_project! {
     /// A connection's stream that tells `activity` of every byte read or
-    /// written.
-    #[derive(Debug)]
-    pub(crate) struct ActiveIo<T> {
+    /// written, and holds the connection's place under the cap (`held`)
+    /// for as long as the stream lives: an upgraded connection (a
+    /// WebSocket) keeps it after hyper has handed the stream over.
+    pub(crate) struct ActiveIo<T, H> {
         #[pin]
         inner: T,
         activity: std::sync::Arc<Activity>,
+        held: H,
     }
 }
 
-impl<T> ActiveIo<T> {
-    pub(crate) fn new(inner: T, activity: std::sync::Arc<Activity>) -> ActiveIo<T> {
-        ActiveIo { inner, activity }
+impl<T, H> ActiveIo<T, H> {
+    pub(crate) fn new(inner: T, activity: std::sync::Arc<Activity>, held: H) -> ActiveIo<T, H> {
+        ActiveIo {
+            inner,
+            activity,
+            held,
+        }
     }
 }
 
-impl<T: AsyncRead> AsyncRead for ActiveIo<T> {
+impl<T: AsyncRead, H> AsyncRead for ActiveIo<T, H> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -72,7 +78,7 @@ impl<T: AsyncRead> AsyncRead for ActiveIo<T> {
     }
 }
 
-impl<T: AsyncWrite> AsyncWrite for ActiveIo<T> {
+impl<T: AsyncWrite, H> AsyncWrite for ActiveIo<T, H> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

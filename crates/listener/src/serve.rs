@@ -114,7 +114,7 @@ where
         // Small answers are not held back to fill a packet.
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
-        let io = TokioIo::new(ActiveIo::new(stream, Arc::clone(&activity)));
+        let io = TokioIo::new(ActiveIo::new(stream, Arc::clone(&activity), open));
         let (service, companion) = connect(peer);
         let body_read_timeout = settings.body_read_timeout;
         let service = ServiceBuilder::new()
@@ -128,7 +128,6 @@ where
         let stopping = stopping.clone();
         let idle_timeout = settings.idle_timeout;
         tokio::spawn(async move {
-            let _open = open;
             tokio::select! {
                 served = drive(connection, &activity, idle_timeout, stopping) => {
                     if let Err(error) = served {
@@ -200,7 +199,8 @@ where
     }
 }
 
-/// An open connection: its permit, and the observer told when it closes.
+/// An open connection's place under the cap, held by its stream: the
+/// permit, and the observer told when the stream is dropped.
 struct Open {
     _permit: OwnedSemaphorePermit,
     observer: Arc<dyn ConnectionObserver>,
