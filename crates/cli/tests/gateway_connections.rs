@@ -5,8 +5,12 @@
 //! are open on each port (one over the cap is closed and counted; those
 //! open are still served, `/healthz` on the admin port among them).
 //!
-//! Timeouts are set tiny (200 ms) and each test waits for the gateway to
-//! act, up to the raw client's 30 s patience; none asserts how soon.
+//! Timeouts are set short and each test waits for the gateway to act, up
+//! to the raw client's 30 s patience; none asserts how soon. A body's
+//! timeout is 200 ms (its clock starts only once the head is in); a head
+//! or idle timeout is 1 s, since a request that must get through first
+//! has to arrive within it of the connection being accepted, and a test
+//! thread may be paused between connecting and sending on a busy machine.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,12 +40,7 @@ fn metric(text: &str, sample: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_head_that_never_ends_is_cut_off() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(&[
-        "--upstream",
-        &upstream.url(),
-        "--header-read-timeout",
-        "200ms",
-    ]);
+    let gw = Gateway::start(&["--upstream", &upstream.url(), "--header-read-timeout", "1s"]);
     let mut slow = Raw::connect(&gw.address);
     slow.send(b"GET /echo HTTP/1.1\r\nHost: t\r\nAccept: te");
     let received = slow.until_closed();
@@ -87,7 +86,7 @@ async fn a_body_that_stops_coming_answers_408_and_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_are_closed() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(&["--upstream", &upstream.url(), "--idle-timeout", "200ms"]);
+    let gw = Gateway::start(&["--upstream", &upstream.url(), "--idle-timeout", "1s"]);
     let mut silent = Raw::connect(&gw.address);
     assert!(silent.until_closed().is_empty());
     let mut used = Raw::connect(&gw.address);
