@@ -43,6 +43,7 @@ mod extract;
 pub mod grpc;
 pub mod guarded;
 pub mod metrics;
+mod numbers;
 mod observer;
 pub mod proto;
 pub mod reload;

@@ -16,7 +16,7 @@ pub struct LimitSpec {
     /// Limit notation, e.g. `10/s`, `5/15min`, `100 per minute`.
     pub rate: String,
     /// Bucket capacity (token bucket, GCRA, leaky bucket).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub burst: Option<u64>,
     /// Step of a stepped window, e.g. `1s`.
     #[serde(default)]
@@ -64,16 +64,16 @@ pub struct DecisionRequest {
     #[serde(default)]
     pub descriptors: Option<Vec<DescriptorSpec>>,
     /// The request's weight; 1 when absent, 0 peeks.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub cost: Option<u64>,
     /// Decision time in ms since the epoch (only with `--trust-client-time`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub at_ms: Option<u64>,
     /// `/v1/reserve`: the longest acceptable wait.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub max_wait_ms: Option<u64>,
     /// `/v1/release`: the lease to end.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub lease: Option<u64>,
 }
 
@@ -184,11 +184,13 @@ pub struct IncrementRequest {
     /// The quota's id (the key).
     pub id: String,
     /// The window, in seconds.
+    #[serde(deserialize_with = "crate::numbers::u64")]
     pub interval: u64,
     /// Requests allowed per window.
+    #[serde(deserialize_with = "crate::numbers::u64")]
     pub requests: u64,
     /// When the call was made, in ms since the epoch; now when absent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub timestamp: Option<u64>,
     /// The window's step, e.g. `1s`; the default step table when absent.
     #[serde(default)]
@@ -227,4 +229,55 @@ pub struct DelayBody {
     pub next_at_ms: u64,
     /// How long from now; 0 means go now.
     pub delay_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_may_be_written_with_a_fraction_and_optional_fields_as_null() {
+        let request: DecisionRequest = serde_json::from_str(
+            r#"{"key": "k", "limit": {"rate": "1/s", "burst": 5.0, "algorithm": null, "step": null},
+                "cost": 2.0, "at_ms": null, "max_wait_ms": 1e3, "lease": null, "domain": null}"#,
+        )
+        .unwrap();
+        assert_eq!(request.limit.as_ref().and_then(|l| l.burst), Some(5));
+        assert_eq!(
+            request.limit.as_ref().and_then(|l| l.algorithm.clone()),
+            None
+        );
+        assert_eq!(
+            (
+                request.cost,
+                request.at_ms,
+                request.max_wait_ms,
+                request.lease
+            ),
+            (Some(2), None, Some(1000), None)
+        );
+        assert_eq!(request.domain, None);
+        let increment: IncrementRequest = serde_json::from_str(
+            r#"{"id": "q", "interval": 60.0, "requests": 1e1, "timestamp": null, "step": null}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (increment.interval, increment.requests, increment.timestamp),
+            (60, 10, None)
+        );
+    }
+
+    #[test]
+    fn a_fraction_is_refused_naming_the_value() {
+        let error = serde_json::from_str::<DecisionRequest>(r#"{"cost": 1.5}"#).unwrap_err();
+        assert!(
+            error.to_string().contains("1.5 is not an unsigned integer"),
+            "{error}"
+        );
+        let error = serde_json::from_str::<IncrementRequest>(
+            r#"{"id": "q", "interval": 0.5, "requests": 1}"#,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("0.5"), "{error}");
+    }
 }

@@ -43,11 +43,14 @@ pub struct SteppedWindowState {
     steps: RunningTotals,
 }
 
-/// The step the Databox paper uses for a window of `period`.
+/// The step the Databox paper uses for a window of `period`, never longer
+/// than the period: a window shorter than the table's 10 ms (which no step
+/// of the table fits) is one step long, a fixed window.
 ///
 /// ```
 /// use tollgate_core::algorithm::default_step;
 /// use std::time::Duration;
+/// assert_eq!(default_step(Duration::from_millis(4)), Duration::from_millis(4));
 /// assert_eq!(default_step(Duration::from_secs(10)), Duration::from_millis(10));
 /// assert_eq!(default_step(Duration::from_secs(11)), Duration::from_millis(100));
 /// assert_eq!(default_step(Duration::from_secs(3600)), Duration::from_secs(1));
@@ -56,7 +59,7 @@ pub struct SteppedWindowState {
 /// ```
 pub fn default_step(period: Duration) -> Duration {
     let secs = |s: u64| Duration::from_secs(s);
-    if period <= secs(10) {
+    let table = if period <= secs(10) {
         Duration::from_millis(10)
     } else if period <= secs(60) {
         Duration::from_millis(100)
@@ -66,7 +69,8 @@ pub fn default_step(period: Duration) -> Duration {
         secs(60)
     } else {
         secs(3_600)
-    }
+    };
+    table.min(period)
 }
 
 impl SteppedWindow {
@@ -322,5 +326,22 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_window_shorter_than_the_tables_step_is_one_step_long() {
+        // 3 per 5 ms: the table's 10 ms step does not fit; without a step
+        // given, the window is a fixed window of 5 ms.
+        let rate = Rate::from_nanos(3, 5 * NANOS_PER_MS).unwrap();
+        let w = SteppedWindow::new(rate, None).unwrap();
+        assert_eq!(w.oldest_touching(12 * NANOS_PER_MS), 1);
+        assert_eq!(
+            default_step(Duration::from_millis(1)),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            default_step(Duration::from_millis(10)),
+            Duration::from_millis(10)
+        );
     }
 }

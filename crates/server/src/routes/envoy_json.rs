@@ -31,7 +31,11 @@ pub(crate) struct JsonRequest {
     #[serde(default, alias = "hitsAddend", deserialize_with = "u32_or_string")]
     hits_addend: u32,
     /// tollgate's extension for tests and replays (`--trust-client-time`).
-    #[serde(default, alias = "atMs")]
+    #[serde(
+        default,
+        alias = "atMs",
+        deserialize_with = "crate::numbers::optional_u64"
+    )]
     at_ms: Option<u64>,
 }
 
@@ -76,10 +80,9 @@ fn u32_or_string<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 fn optional_u64_or_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     match Option::<Value>::deserialize(d)? {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
+        Some(Value::Number(n)) => crate::numbers::number_to_u64(&n)
             .map(Some)
-            .ok_or_else(|| D::Error::custom(format!("{n} is not an unsigned integer"))),
+            .map_err(D::Error::custom),
         Some(Value::String(s)) => s
             .parse()
             .map(Some)
@@ -97,7 +100,7 @@ fn override_unit(given: Option<&Value>) -> Result<RateLimitUnit, ApiError> {
         Some(Value::String(name)) => {
             RateLimitUnit::from_name(name).filter(|u| *u != RateLimitUnit::Week)
         }
-        Some(Value::Number(n)) => match n.as_u64() {
+        Some(Value::Number(n)) => match crate::numbers::number_to_u64(n).ok() {
             Some(1) => Some(RateLimitUnit::Second),
             Some(2) => Some(RateLimitUnit::Minute),
             Some(3) => Some(RateLimitUnit::Hour),
@@ -275,5 +278,27 @@ mod tests {
         )
         .unwrap();
         assert!(r.into_request().unwrap_err().message.contains("FORTNIGHT"));
+    }
+
+    #[test]
+    fn whole_numbers_with_a_fraction_and_nulls_decode_as_their_values() {
+        let r: JsonRequest = serde_json::from_str(
+            r#"{"domain":"d","hitsAddend":2.0,"atMs":5e3,"descriptors":[{"entries":[{"key":"k"}],"hits_addend":null,"limit":{"requestsPerUnit":5.0,"unit":2.0}}]}"#,
+        )
+        .unwrap();
+        let (r, at_ms) = r.into_request().unwrap();
+        assert_eq!((r.hits_addend, at_ms), (2, Some(5000)));
+        assert_eq!(r.descriptors[0].hits_addend, None);
+        assert_eq!(r.descriptors[0].limit, Some((5, RateLimitUnit::Minute)));
+        let r: JsonRequest =
+            serde_json::from_str(r#"{"domain":"d","descriptors":[],"at_ms":null}"#).unwrap();
+        assert_eq!(r.at_ms, None);
+        for bad in [r#"{"hitsAddend":2.5}"#, r#"{"atMs":-1.0}"#] {
+            let error = serde_json::from_str::<JsonRequest>(bad).err().unwrap();
+            assert!(
+                error.to_string().contains("not an unsigned integer"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -1,0 +1,175 @@
+"""Schemathesis hooks for scripts/test-api.
+
+docs/openapi.yaml states a few rules in words that JSON Schema cannot
+express, because they relate two fields or count something a schema does not
+see. These hooks teach the generator those rules, and nothing else:
+
+- a rules-based request names a domain the server has rules for: the sample
+  rules (examples/rules) define only `api`, so a generated domain becomes
+  `api` (any other answers `400 unknown_domain`, as documented);
+- a stepped window's `step` is between 1 ms and the window (the rate's
+  period, or `interval` seconds for the Databox routes);
+- a rate's period is at most 2^62 ns;
+- a key or Databox id is at most 1,024 bytes of UTF-8 (the schema's
+  `maxLength` counts characters);
+- a check's or reservation's `cost` is at most the limit's capacity (its `burst`, or
+  the `N` of its rate; 5 for the sample rules, their smallest).
+
+A generated request that breaks one of these is dropped, not sent: the
+server's refusal of each is covered by the Rust tests.
+"""
+
+import re
+
+import schemathesis
+
+SAMPLE_DOMAIN = "api"
+SAMPLE_SMALLEST_CAPACITY = 5
+MAX_KEY_BYTES = 1024
+MAX_PERIOD_NS = 1 << 62
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+U64_MAX = (1 << 64) - 1
+
+# The units of tollgate_core::rate, singular, in nanoseconds.
+UNITS = {
+    "s": NS_PER_S,
+    "sec": NS_PER_S,
+    "second": NS_PER_S,
+    "m": 60 * NS_PER_S,
+    "min": 60 * NS_PER_S,
+    "minute": 60 * NS_PER_S,
+    "h": 3600 * NS_PER_S,
+    "hr": 3600 * NS_PER_S,
+    "hour": 3600 * NS_PER_S,
+    "d": 86400 * NS_PER_S,
+    "day": 86400 * NS_PER_S,
+    "w": 7 * 86400 * NS_PER_S,
+    "wk": 7 * 86400 * NS_PER_S,
+    "week": 7 * 86400 * NS_PER_S,
+    "millisecond": NS_PER_MS,
+    "msec": NS_PER_MS,
+}
+
+WHITESPACE = "\t\n\v\f\r "
+
+
+def period_ns(text):
+    """Nanoseconds of `[n]unit` as tollgate_core::rate::parse_period reads
+    it (saturating at 2^64 - 1), or None when it does not parse."""
+    text = text.strip(WHITESPACE)
+    digits = re.match(r"[0-9]*", text).group(0)
+    unit = text[len(digits):].strip(WHITESPACE).lower()
+    if unit == "ms":
+        unit_ns = NS_PER_MS
+    else:
+        singular = unit[:-1] if unit.endswith("s") and len(unit) > 1 else unit
+        unit_ns = UNITS.get(singular)
+    if unit_ns is None:
+        return None
+    return min((int(digits) if digits else 1) * unit_ns, U64_MAX)
+
+
+def rate_period_ns(rate):
+    """The period of a rate text in nanoseconds, or None."""
+    if "/" in rate:
+        _, period = rate.split("/", 1)
+    else:
+        at = rate.lower().find(" per ")
+        if at < 0:
+            return None
+        period = rate[at + len(" per "):]
+    return period_ns(period)
+
+
+def step_fits(step, window_ns):
+    """Whether a `step` text is between 1 ms and `window_ns`; True when
+    either is not a well-formed value (the schema decides those)."""
+    if not isinstance(step, str) or window_ns is None:
+        return True
+    step_ns = period_ns(step)
+    return step_ns is None or NS_PER_MS <= step_ns <= window_ns
+
+
+def key_fits(key):
+    return not isinstance(key, str) or len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES
+
+
+def limit_fits(limit):
+    if not isinstance(limit, dict) or not isinstance(limit.get("rate"), str):
+        return True
+    period = rate_period_ns(limit["rate"])
+    if period is not None and period > MAX_PERIOD_NS:
+        return False
+    return step_fits(limit.get("step"), period)
+
+
+def capacity(limit):
+    """The most a limit can ever admit at once, or None when unknown."""
+    burst = limit.get("burst")
+    if isinstance(burst, (int, float)) and not isinstance(burst, bool):
+        return burst
+    rate = limit.get("rate")
+    if not isinstance(rate, str):
+        return None
+    count = re.match(r"[\t\n\v\f\r ]*\+?([0-9]+)", rate)
+    return int(count.group(1)) if count else None
+
+
+def cost_fits(body):
+    cost = body.get("cost")
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        return True
+    limit = body.get("limit")
+    most = capacity(limit) if isinstance(limit, dict) else SAMPLE_SMALLEST_CAPACITY
+    return most is None or cost <= most
+
+
+def interval_ns(interval):
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+        return None
+    if isinstance(interval, float) and not interval.is_integer():
+        return None
+    return int(interval) * NS_PER_S
+
+
+# Case-level hooks: the coverage phase applies only these, the fuzzing
+# phase these as well.
+
+
+@schemathesis.hook
+def map_case(context, case):
+    body = case.body
+    if (
+        isinstance(body, dict)
+        and isinstance(body.get("domain"), str)
+        and body["domain"]
+        and case.operation.path.startswith("/v1/")
+    ):
+        case.body = {**body, "domain": SAMPLE_DOMAIN}
+    return case
+
+
+@schemathesis.hook
+def filter_case(context, case):
+    path = case.operation.path
+    body, query, path_parameters = case.body, case.query, case.path_parameters
+    if isinstance(body, dict):
+        if not key_fits(body.get("key")) or not limit_fits(body.get("limit")):
+            return False
+        if path in ("/v1/check", "/v1/reserve") and not cost_fits(body):
+            return False
+        if path == "/increment" and not (
+            key_fits(body.get("id"))
+            and step_fits(body.get("step"), interval_ns(body.get("interval")))
+        ):
+            return False
+    if path == "/delay" and isinstance(query, dict):
+        interval = query.get("interval")
+        if isinstance(interval, str) and interval.isdigit():
+            interval = int(interval)
+        if not (key_fits(query.get("id")) and step_fits(query.get("step"), interval_ns(interval))):
+            return False
+    if isinstance(path_parameters, dict) and not key_fits(path_parameters.get("key")):
+        return False
+    return True
