@@ -27,6 +27,18 @@ pub struct Decision {
     /// configured failure policy (admitted without counting, or counted in
     /// this instance's memory only). Algorithms never set it.
     pub degraded: bool,
+    /// Whether a [`Ban`](crate::ban::Ban) refused the request: the one its
+    /// refusal started, or one in force (for a peek: one in force).
+    pub ban: Option<BanRefusal>,
+}
+
+/// A ban's part in a [`Decision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BanRefusal {
+    /// The limit refused the request, and this strike started a ban.
+    Started,
+    /// A ban in force refused the request.
+    InForce,
 }
 
 impl Decision {

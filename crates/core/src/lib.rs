@@ -12,6 +12,8 @@
 //! - [`limit`]: a configured [`Limit`] (algorithm + rate + options), validated
 //!   into an [`AnyAlgorithm`].
 //! - [`algorithm`]: the [`Algorithm`] trait and the eight algorithms.
+//! - [`ban`]: the penalty box, a [`Ban`](ban::Ban) around any limit that
+//!   refuses a key outright for a while after repeated refusals.
 //! - [`decision`]: [`Decision`] and [`Reservation`], the answers.
 //! - [`policy`]: the quota a limit announces (`RateLimit-Policy`), one a
 //!   client can follow without being refused.
@@ -40,6 +42,7 @@
 //! ```
 
 pub mod algorithm;
+pub mod ban;
 pub mod decision;
 pub mod limit;
 pub mod policy;
@@ -48,7 +51,7 @@ pub mod store;
 pub mod time;
 
 pub use algorithm::Algorithm;
-pub use decision::{Decision, Reservation};
+pub use decision::{BanRefusal, Decision, Reservation};
 pub use limit::{AlgorithmName, AnyAlgorithm, Limit, LimitError};
 pub use rate::{Rate, RateError};
 pub use store::{LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus};

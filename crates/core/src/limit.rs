@@ -21,6 +21,7 @@ use crate::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, SlidingWindowCounter, SlidingWindowLog,
     SteppedWindow, TokenBucket, Wide,
 };
+use crate::ban::Ban;
 use crate::rate::{Rate, RateError};
 
 /// The lease time of a `concurrency` limit when none is configured.
@@ -79,6 +80,14 @@ pub enum LimitError {
         cost: u64,
         /// The limit's capacity.
         capacity: u64,
+    },
+    /// A ban's option is out of range.
+    #[error("ban `{field}` must be {expected}")]
+    Ban {
+        /// The option: `after`, `within` or `for`.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
     },
     /// Reservations were asked of an algorithm that has no time slots.
     #[error("reservations are not available for concurrency limits")]
@@ -180,6 +189,8 @@ pub struct Limit {
     pub step: Option<Duration>,
     /// Lease lifetime (`concurrency` only); defaults to [`DEFAULT_LEASE_TTL`].
     pub lease_ttl: Option<Duration>,
+    /// The penalty box around the limit (any algorithm): see [`Ban`].
+    pub ban: Option<Ban>,
 }
 
 impl Limit {
@@ -191,6 +202,7 @@ impl Limit {
             burst: None,
             step: None,
             lease_ttl: None,
+            ban: None,
         }
     }
 
@@ -212,7 +224,14 @@ impl Limit {
         self
     }
 
-    /// Validates the options and builds the algorithm.
+    /// Puts a ban around the limit.
+    pub fn with_ban(mut self, ban: Ban) -> Limit {
+        self.ban = Some(ban);
+        self
+    }
+
+    /// Validates the options and builds the algorithm (without its ban,
+    /// which stores put around it: see [`Banned`](crate::ban::Banned)).
     pub fn build(&self) -> Result<AnyAlgorithm, LimitError> {
         let name = self.algorithm;
         let reject = |option| LimitError::Option {
@@ -273,6 +292,15 @@ impl fmt::Display for Limit {
         }
         if let Some(ttl) = self.lease_ttl {
             write!(f, "_ttl_{}ms", ttl.as_millis())?;
+        }
+        if let Some(ban) = self.ban {
+            write!(
+                f,
+                "_ban_{}_in_{}ms_for_{}ms",
+                ban.after(),
+                ban.within().as_millis(),
+                ban.duration().as_millis()
+            )?;
         }
         Ok(())
     }

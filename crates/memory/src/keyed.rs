@@ -8,6 +8,7 @@ use tollgate_core::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, Narrow, SlidingWindowCounter,
     SlidingWindowLog, StateCodec, SteppedWindow, TokenBucket, Wide,
 };
+use tollgate_core::ban::Banned;
 
 /// Aligns a table entry to 32 bytes (a zero-sized field).
 #[derive(Debug, Clone, Copy, Default)]
@@ -93,6 +94,25 @@ impl Keyed for SteppedWindow {
             .saturating_sub(period)
             .saturating_sub(step);
         Some(self.count(state, at.max(newest_start)))
+    }
+}
+
+/// A limit with a ban keeps the ban's state beside the limit's in the
+/// same entry, naturally aligned (the ban's 24 bytes make alignment a
+/// matter of padding), and records as its limit does: a recorded call was
+/// already made, banned or not.
+impl<A: Keyed> Keyed for Banned<A> {
+    type Line = ();
+
+    fn record_and_count(
+        &self,
+        state: &mut Self::State,
+        at: u64,
+        cost: u64,
+        period: u64,
+    ) -> Option<u64> {
+        self.limit()
+            .record_and_count(&mut state.limit, at, cost, period)
     }
 }
 

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate_core::ban::Banned;
 use tollgate_core::{AnyAlgorithm, Decision, Limit, LimitError, Reservation};
 
 use crate::budget::Budget;
@@ -51,6 +52,8 @@ impl Limiter {
         budget: Arc<Budget>,
         shards: usize,
     ) -> Limiter {
+        // A limit with a ban is its algorithm with the ban around it, one
+        // state per key holding both.
         fn table<A: Keyed>(
             alg: A,
             limit: Limit,
@@ -58,7 +61,16 @@ impl Limiter {
             budget: Arc<Budget>,
             shards: usize,
         ) -> Arc<dyn ErasedTable> {
-            Arc::new(Table::new(alg, limit, seed, budget, shards))
+            match limit.ban {
+                Some(ban) => Arc::new(Table::new(
+                    Banned::new(alg, ban),
+                    limit,
+                    seed,
+                    budget,
+                    shards,
+                )),
+                None => Arc::new(Table::new(alg, limit, seed, budget, shards)),
+            }
         }
         let table = match algorithm {
             AnyAlgorithm::TokenBucket(a) => table(a, limit, seed, budget, shards),

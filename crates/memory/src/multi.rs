@@ -118,6 +118,14 @@ pub(crate) fn check_all(
         for (c, decision) in cells.iter().zip(&mut decisions) {
             decision.lease = guards[c.lock].commit(c.fp, now, c.cost);
         }
+    } else if cost > 0 {
+        // Each limit that refused takes a strike (its ban's, if any); the
+        // limits that would have admitted count nothing.
+        for (c, decision) in cells.iter().zip(&mut decisions) {
+            if !decision.allowed {
+                guards[c.lock].strike(c.fp, now, decision);
+            }
+        }
     }
     drop(guards);
     Ok(of_request.iter().map(|&i| decisions[i]).collect())

@@ -174,6 +174,11 @@ impl<A: Keyed> Shard<A> {
         let before = if held { alg.heap_bytes(state) } else { 0 };
         let decision = alg.admit(state, now, cost);
         if !decision.allowed {
+            // A refusal changes nothing but a ban's strikes, which own no
+            // heap; a fresh key that took one is kept.
+            if let Some(state) = fresh.filter(|s| alg.expires_at(s) > now) {
+                let _ = self.insert(cx, fp, state, now);
+            }
             return decision;
         }
         if held && alg.heap_bytes(state) != before {

@@ -9,12 +9,16 @@
 //! checksum:u64   (SipHash-1-3 of everything before it)
 //! ```
 //!
-//! That is version 2. Version 1 stored 16-byte fingerprints, of which
-//! today's are the first 8; its snapshots still load.
+//! That is version 3. Version 2 had no bans in its limits, and version 1
+//! stored 16-byte fingerprints besides, of which today's are the first 8;
+//! their snapshots still load.
 //!
 //! A limit is its algorithm's name (length-prefixed), the rate's count and
 //! period in ns, then burst, step (ns) and lease TTL (ns), each a presence
-//! byte and a `u64`. States are each algorithm's
+//! byte and a `u64`, then the ban: a presence byte and three `u64`s
+//! (`after`, `within` in ns, `for` in ns; zeros when absent). A banned
+//! limit's states are its algorithm's followed by the ban's
+//! ([`BanState::encode`](tollgate_core::ban::BanState::encode)). States are each algorithm's
 //! [`StateCodec`](tollgate_core::algorithm::StateCodec) form. Keys are stored
 //! only as fingerprints, which is why the seed travels with them: a snapshot
 //! is as secret as the seed. States already expired when the snapshot is
@@ -31,6 +35,7 @@ use std::time::Duration;
 
 use siphasher::sip::SipHasher13;
 use tollgate_core::algorithm::codec::{put_len, put_u64, Reader};
+use tollgate_core::ban::Ban;
 use tollgate_core::rate::Rate;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{AlgorithmName, Limit};
@@ -40,7 +45,9 @@ use crate::fingerprint::Seed;
 use crate::store::MemoryStore;
 
 const MAGIC: &[u8] = b"TOLLGATE-SNAPSHOT";
-const VERSION: u64 = 2;
+const VERSION: u64 = 3;
+/// The version before bans, still read.
+const VERSION_2: u64 = 2;
 /// The oldest version this build reads, and its fingerprints' width.
 const VERSION_1: u64 = 1;
 const VERSION_1_FINGERPRINT_BYTES: usize = 16;
@@ -55,7 +62,7 @@ pub enum SnapshotError {
     NotASnapshot,
     /// Written by another version of the format.
     #[error(
-        "snapshot format version {0} is not supported (this build reads versions 1 and {VERSION})"
+        "snapshot format version {0} is not supported (this build reads versions 1 to {VERSION})"
     )]
     Version(u64),
     /// The checksum does not match: the file is damaged or truncated.
@@ -91,6 +98,15 @@ fn encode_limit(limit: &Limit, out: &mut Vec<u8>) {
     put_option(out, limit.burst);
     put_option(out, limit.step.map(duration_to_nanos));
     put_option(out, limit.lease_ttl.map(duration_to_nanos));
+    put_option(out, limit.ban.map(|b| b.after()));
+    let ban = limit.ban.map_or((0, 0), |b| {
+        (
+            duration_to_nanos(b.within()),
+            duration_to_nanos(b.duration()),
+        )
+    });
+    put_u64(out, ban.0);
+    put_u64(out, ban.1);
 }
 
 fn option(input: &mut Reader<'_>) -> Option<Option<u64>> {
@@ -103,7 +119,7 @@ fn option(input: &mut Reader<'_>) -> Option<Option<u64>> {
     }
 }
 
-fn decode_limit(input: &mut Reader<'_>) -> Option<Limit> {
+fn decode_limit(input: &mut Reader<'_>, version: u64) -> Option<Limit> {
     let len = input.len(MAX_NAME)?;
     let name = std::str::from_utf8(input.take(len)?).ok()?;
     let algorithm: AlgorithmName = name.parse().ok()?;
@@ -112,6 +128,14 @@ fn decode_limit(input: &mut Reader<'_>) -> Option<Limit> {
     limit.burst = option(input)?;
     limit.step = option(input)?.map(Duration::from_nanos);
     limit.lease_ttl = option(input)?.map(Duration::from_nanos);
+    if version >= VERSION {
+        let after = option(input)?;
+        let (within, duration) = (input.u64()?, input.u64()?);
+        if let Some(after) = after {
+            let (within, duration) = (Duration::from_nanos(within), Duration::from_nanos(duration));
+            limit.ban = Some(Ban::new(after, within, duration).ok()?);
+        }
+    }
     Some(limit)
 }
 
@@ -173,7 +197,7 @@ impl MemoryStore {
         let mut header = Reader::new(body);
         let version = header.u64().ok_or(SnapshotError::NotASnapshot)?;
         let fp_bytes = match version {
-            VERSION => 8,
+            VERSION | VERSION_2 => 8,
             VERSION_1 => VERSION_1_FINGERPRINT_BYTES,
             _ => return Err(SnapshotError::Version(version)),
         };
@@ -198,7 +222,8 @@ impl MemoryStore {
         // states of all tables are put back, the most indebted first.
         let mut tables_read = Vec::new();
         for table in 0..tables {
-            let limit = decode_limit(&mut input).ok_or(malformed(table, "invalid limit"))?;
+            let limit =
+                decode_limit(&mut input, version).ok_or(malformed(table, "invalid limit"))?;
             let limiter = store
                 .limiter(&limit)
                 .map_err(|_| malformed(table, "invalid limit options"))?;
@@ -291,6 +316,8 @@ mod tests {
         put_u64(&mut v1, seed.k1);
         put_len(&mut v1, 1);
         encode_limit(&limit, &mut v1);
+        // Version 1 limits end before the ban.
+        v1.truncate(v1.len() - 25);
         put_u64(&mut v1, 1);
         v1.extend_from_slice(&seed.fingerprint(b"alice").to_bytes());
         v1.extend_from_slice(&[0x5a; 8]);
@@ -306,14 +333,14 @@ mod tests {
             MemoryStore::from_snapshot(
                 MemoryConfig::default(),
                 &{
-                    let mut v3 = v1.clone();
-                    v3[MAGIC.len()] = 3;
-                    v3
+                    let mut v4 = v1.clone();
+                    v4[MAGIC.len()] = 4;
+                    v4
                 },
                 0
             )
             .unwrap_err(),
-            SnapshotError::Version(3)
+            SnapshotError::Version(4)
         );
     }
 

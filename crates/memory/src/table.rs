@@ -111,6 +111,9 @@ pub(crate) trait LockedShard {
     fn evaluate(&self, fp: Fingerprint, now: u64, cost: u64) -> Result<Decision, LimitError>;
     /// Counts an admitted `cost` at `now`; the lease for concurrency.
     fn commit(&mut self, fp: Fingerprint, now: u64, cost: u64) -> Option<u64>;
+    /// Records that this limit refused a request at `now` with
+    /// `decision` ([`Algorithm::strike`](tollgate_core::Algorithm::strike)).
+    fn strike(&mut self, fp: Fingerprint, now: u64, decision: &mut Decision);
     /// The earliest instant at or after `now` that `cost` fits.
     fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> u64;
     /// Where a reservation made at `now` would land.
@@ -329,6 +332,13 @@ impl<A: Keyed> LockedShard for Locked<'_, A> {
         self.shard.update(self.table.cx(), fp, now, |s| {
             (alg.commit(s, now, cost), true)
         })
+    }
+
+    fn strike(&mut self, fp: Fingerprint, now: u64, decision: &mut Decision) {
+        let alg = &self.table.alg;
+        self.shard.update(self.table.cx(), fp, now, |s| {
+            ((), alg.strike(s, now, decision))
+        });
     }
 
     fn next_available(&self, fp: Fingerprint, now: u64, cost: u64) -> u64 {

@@ -5,6 +5,7 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
+use tollgate_core::ban::Ban;
 use tollgate_core::{AlgorithmName, Limit, Rate};
 use tollgate_memory::{MemoryConfig, MemoryStore};
 
@@ -20,6 +21,13 @@ fn limits() -> Vec<Limit> {
         Limit::new(AlgorithmName::TokenBucket, Rate::per_second(7).unwrap())
             .with_burst(u32::MAX.into()),
     );
+    // Limits with a ban: the ban's strikes and end travel with the state.
+    let ban = Ban::new(2, Duration::from_millis(300), Duration::from_millis(500)).unwrap();
+    for algorithm in [AlgorithmName::Gcra, AlgorithmName::SlidingWindowLog] {
+        limits.push(
+            Limit::new(algorithm, Rate::new(2, Duration::from_millis(400)).unwrap()).with_ban(ban),
+        );
+    }
     limits
 }
 

@@ -650,6 +650,7 @@ fn decode_decisions(
                 delay: Duration::from_nanos(number(reply, base + 5)?),
                 lease,
                 degraded: false,
+                ban: None,
             })
         })
         .collect()

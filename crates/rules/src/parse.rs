@@ -9,7 +9,10 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
 use tollgate_core::rate::parse_duration;
+
+use tollgate_core::ban::Ban;
 use tollgate_core::{AlgorithmName, Limit, LimitError, Rate};
 
 use crate::error::{ErrorKind, Location, RulesError};
@@ -42,6 +45,7 @@ const RATE_LIMIT_FIELDS: &[&str] = &[
     "step",
     "window",
     "lease_ttl",
+    "ban",
 ];
 const LIST_LIMIT_FIELDS: &[&str] = &[
     "unit",
@@ -53,8 +57,10 @@ const LIST_LIMIT_FIELDS: &[&str] = &[
     "step",
     "window",
     "lease_ttl",
+    "ban",
 ];
 const REPLACES_FIELDS: &[&str] = &["name"];
+const BAN_FIELDS: &[&str] = &["after", "within", "for"];
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
@@ -419,7 +425,7 @@ impl<'f> FileParser<'f> {
             replaces: replaces.clone(),
             kind,
         };
-        const OPTIONS: [&str; 5] = ["algorithm", "burst", "step", "window", "lease_ttl"];
+        const OPTIONS: [&str; 6] = ["algorithm", "burst", "step", "window", "lease_ttl", "ban"];
         if self.flag(&f, "unlimited")? {
             // Envoy also ignores `requests_per_unit` here; it rejects `unit`.
             for field in ["unit"].into_iter().chain(OPTIONS) {
@@ -511,7 +517,46 @@ impl<'f> FileParser<'f> {
             let at = field.and_then(|n| f.get(n)).map_or(f.at, |n| n.at);
             return Err(self.err(at, ErrorKind::Limit(e)));
         }
+        if let Some(b) = f.get("ban") {
+            limit = limit.with_ban(self.ban(b)?);
+        }
         Ok(spec(LimitKind::Limited(limit, reported)))
+    }
+
+    /// A limit's `ban: {after: N, within: D, for: D}`.
+    fn ban(&self, node: &Node) -> Result<Ban> {
+        let f = self.fields(node, "ban", "a ban", BAN_FIELDS)?;
+        let required = |field| {
+            f.get(field).ok_or_else(|| {
+                self.err(
+                    f.at,
+                    ErrorKind::MissingField {
+                        field,
+                        context: "a ban",
+                    },
+                )
+            })
+        };
+        let (after, within, duration) = (required("after")?, required("within")?, required("for")?);
+        let count = self.number("after", after, 0, u64::MAX)?;
+        let (within_ns, _) = self.duration("within", within)?;
+        let (for_ns, _) = self.duration("for", duration)?;
+        Ban::new(
+            count,
+            Duration::from_nanos(within_ns),
+            Duration::from_nanos(for_ns),
+        )
+        .map_err(|e| {
+            // Point at the field that is out of range.
+            let at = match &e {
+                LimitError::Ban { field: "after", .. } => after.at,
+                LimitError::Ban {
+                    field: "within", ..
+                } => within.at,
+                _ => duration.at,
+            };
+            self.err(at, ErrorKind::Limit(e))
+        })
     }
 
     fn replaces(&mut self, list: &Node) -> Result<Vec<(String, Location)>> {
@@ -672,12 +717,13 @@ fn expected_list(allowed: &'static [&'static str]) -> &'static str {
             "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric, share_threshold, quota_mode, metadata, value_to_metric"
         }
         a if a == RATE_LIMIT_FIELDS => {
-            "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, lease_ttl"
+            "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, lease_ttl, ban"
         }
         a if a == LIST_LIMIT_FIELDS => {
-            "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, lease_ttl"
+            "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, lease_ttl, ban"
         }
         a if a == REPLACES_FIELDS => "name",
+        a if a == BAN_FIELDS => "after, within, for",
         a => crate::route_parse::expected_route_fields(a),
     }
 }

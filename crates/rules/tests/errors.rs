@@ -329,3 +329,42 @@ fn error_accessors() {
     assert_eq!(err.location().map(|l| l.column), Some(1));
     assert!(matches!(err.kind(), ErrorKind::UnknownField { .. }));
 }
+
+#[test]
+fn bad_bans() {
+    let limit = "  - key: login\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n";
+    let with = |ban: &str| format!("{HEAD}{limit}      ban: {ban}\n");
+    check(
+        &with("{after: 0, within: 10m, for: 1h}"),
+        "7:20",
+        "ban `after` must be at least 1",
+    );
+    check(
+        &with("{after: 3, within: 0s, for: 1h}"),
+        "7:31",
+        "ban `within` must be between 1ms and 366d",
+    );
+    check(
+        &with("{after: 3, within: 10m, for: 400d}"),
+        "7:41",
+        "ban `for` must be between 1ms and 366d",
+    );
+    check(
+        &with("{after: 3, within: 10m}"),
+        "7:12",
+        "missing field `for` in a ban",
+    );
+    check(
+        &with("{after: 3, within: 10m, for: 1h, forever: true}"),
+        "7:45",
+        "unknown field `forever` in a ban",
+    );
+    check(&with("{after: x, within: 10m, for: 1h}"), "7:20", "after");
+    check(&with("{after: 3, within: soon, for: 1h}"), "7:31", "within");
+    check(&with("3"), "7:12", "`ban` must be a mapping");
+    check(
+        &format!("{HEAD}  - key: login\n    rate_limit:\n      unlimited: true\n      ban: {{after: 3, within: 10m, for: 1h}}\n"),
+        "6:7",
+        "ban",
+    );
+}

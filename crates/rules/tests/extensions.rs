@@ -146,3 +146,22 @@ descriptors:
     assert_eq!(port.limits()[0].rate.limit(), 1000);
     assert_eq!(d.rule("d.other").unwrap().limits(), port.limits());
 }
+
+#[test]
+fn a_ban_goes_with_its_limit_in_either_form() {
+    let ban =
+        |after, within, duration| tollgate_core::ban::Ban::new(after, within, duration).unwrap();
+    let hour = Duration::from_secs(3600);
+    let login = rule(
+        "    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n      algorithm: sliding_window_log\n      ban: {after: 3, within: 10m, for: 1h}\n",
+    );
+    assert_eq!(
+        login.limits()[0].ban,
+        Some(ban(3, Duration::from_secs(600), hour))
+    );
+    let reset = rule(
+        "    rate_limits:\n      - unit: hour\n        requests_per_unit: 3\n        ban:\n          after: 1\n          within: 1h\n          for: 1d\n      - unit: day\n        requests_per_unit: 10\n",
+    );
+    assert_eq!(reset.limits()[0].ban, Some(ban(1, hour, 24 * hour)));
+    assert_eq!(reset.limits()[1].ban, None);
+}

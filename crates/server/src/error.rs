@@ -86,6 +86,7 @@ impl From<LimitError> for ApiError {
             | LimitError::Step { .. }
             | LimitError::Storage { .. }
             | LimitError::LeaseTtl { .. }
+            | LimitError::Ban { .. }
             | LimitError::Option { .. } => "invalid_limit",
         };
         ApiError::bad_request(code, error.to_string())

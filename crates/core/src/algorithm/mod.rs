@@ -57,7 +57,8 @@ pub struct Slot {
 ///
 /// Implementations are pure: they read `now` from their arguments and change
 /// nothing but the state they are handed. A rejected request never changes
-/// the state.
+/// the limit's state; only a [`Ban`](crate::ban::Ban) around it counts the
+/// rejection as a strike ([`strike`](Self::strike)).
 pub trait Algorithm: Send + Sync + 'static {
     /// Per-key state.
     type State: Clone + std::fmt::Debug + Send + 'static;
@@ -110,6 +111,17 @@ pub trait Algorithm: Send + Sync + 'static {
         Debt::from_remaining(self.limit(), self.evaluate(state, now, 0).remaining)
     }
 
+    /// Records that this limit refused a request (of non-zero cost, in a
+    /// check) at `now` with `decision`: a strike, for an algorithm with a
+    /// [`Ban`](crate::ban::Ban) around it ([`Banned`](crate::ban::Banned)),
+    /// which replaces the decision when the strike starts a ban. Returns
+    /// whether the state changed; the algorithms themselves keep no
+    /// strikes and change nothing.
+    #[inline]
+    fn strike(&self, _state: &mut Self::State, _now: u64, _decision: &mut Decision) -> bool {
+        false
+    }
+
     /// Heap bytes the state owns beyond its own size.
     fn heap_bytes(&self, _state: &Self::State) -> usize {
         0
@@ -121,8 +133,9 @@ pub trait Algorithm: Send + Sync + 'static {
     }
 
     /// [`evaluate`](Self::evaluate) then, when admitted,
-    /// [`commit`](Self::commit): the decision for `cost` (validated, not 0)
-    /// at `now`, counted when admitted. A rejection changes nothing.
+    /// [`commit`](Self::commit), and when refused, [`strike`](Self::strike):
+    /// the decision for `cost` (validated, not 0) at `now`, counted when
+    /// admitted. A rejection changes nothing but a ban's strikes.
     ///
     /// Algorithms whose evaluation and commit look up the same things (the
     /// sliding log and the stepped window find the window's start in both)
@@ -133,6 +146,8 @@ pub trait Algorithm: Send + Sync + 'static {
         let mut decision = self.evaluate(state, now, cost);
         if decision.allowed {
             decision.lease = self.commit(state, now, cost);
+        } else {
+            self.strike(state, now, &mut decision);
         }
         decision
     }
