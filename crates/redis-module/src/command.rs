@@ -34,6 +34,7 @@ use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
 use redis_module::RedisString;
 use smallvec::SmallVec;
 
+use crate::ban::{self, Banned};
 use crate::decide::{self, Op, Outcome, Planned, Word};
 use crate::error::Error;
 use crate::ffi::{self, Arg, Key, Kind};
@@ -135,6 +136,16 @@ struct Place<'a> {
     /// Index of the cell's key among the call's distinct keys.
     key: usize,
     field: &'a Arg,
+    /// The field of its ban's state, when it has a ban.
+    ban_field: Option<RedisString>,
+}
+
+/// The field holding the ban state of the limit in `field`: `ban <field>`.
+fn ban_field(ctx: *mut RedisModuleCtx, field: &[u8]) -> RedisString {
+    let mut name = Vec::with_capacity(field.len() + 4);
+    name.extend_from_slice(b"ban ");
+    name.extend_from_slice(field);
+    RedisString::create_from_slice(ctx, &name)
 }
 
 fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
@@ -190,10 +201,25 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
                 keys.len() - 1
             }
         };
-        let stored = keys[key].1.hash_get(field);
-        let cell = spec::cell(spec.bytes(), stored.as_ref().map(|s| s.as_slice()))?;
-        cells.push(Planned { cell, cost });
-        places.push(Place { key, field });
+        let (ban, algorithm) = ban::split(spec.bytes())?;
+        let stored = keys[key].1.hash_get(field.inner());
+        let cell = spec::cell(algorithm, stored.as_ref().map(|s| s.as_slice()))?;
+        // A ban's state lives in the field `ban <field>` of the same hash.
+        let (ban, ban_field) = match ban {
+            Some(ban) => {
+                let name = ban_field(ctx, field_bytes);
+                let stored = keys[key].1.hash_get(name.inner);
+                let state = ban::decode(&ban, stored.as_ref().map(|s| s.as_slice()))?;
+                (Some(Banned { ban, state }), Some(name))
+            }
+            None => (None, None),
+        };
+        cells.push(Planned { cell, cost, ban });
+        places.push(Place {
+            key,
+            field,
+            ban_field,
+        });
     }
 
     let outcome = decide::run(op, now, extra, &mut cells)?;
@@ -204,9 +230,37 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
             ctx,
             name,
             key,
-            field: place.field,
+            field: place.field.inner(),
         };
-        write.store(&*cells[i].cell, now, grace_ms, timeless);
+        let cell = &*cells[i].cell;
+        write.store(
+            cell.forgotten_at(),
+            |out| cell.encode(out),
+            now,
+            grace_ms,
+            timeless,
+        );
+    }
+    for &i in &outcome.bans_changed {
+        let (place, planned) = (&places[i], &cells[i]);
+        let (Some(field), Some(b)) = (&place.ban_field, &planned.ban) else {
+            continue;
+        };
+        let (name, key) = &keys[place.key];
+        let write = Write {
+            ctx,
+            name,
+            key,
+            field: field.inner,
+        };
+        let expires = b.ban.expires_at(&b.state);
+        write.store(
+            expires,
+            |out| ban::encode(&b.state, out),
+            now,
+            grace_ms,
+            false,
+        );
     }
     reply(ctx, &outcome);
     Ok(())
@@ -217,7 +271,7 @@ struct Write<'a> {
     ctx: *mut RedisModuleCtx,
     name: &'a Arg,
     key: &'a Key,
-    field: &'a Arg,
+    field: *mut RedisModuleString,
 }
 
 impl Write<'_> {
@@ -227,16 +281,22 @@ impl Write<'_> {
     /// a key that lives less than the state's time plus the grace gets
     /// that time plus twice the grace, so that most writes leave the TTL
     /// as it is (docs/redis-state.md).
-    fn store(&self, cell: &dyn crate::cell::Cell, now: u64, grace_ms: u64, timeless: bool) {
-        let (ctx, name, field) = (self.ctx, self.name.inner(), self.field.inner());
-        let expires = cell.forgotten_at();
+    fn store(
+        &self,
+        expires: u64,
+        encode: impl FnOnce(&mut Vec<u8>),
+        now: u64,
+        grace_ms: u64,
+        timeless: bool,
+    ) {
+        let (ctx, name, field) = (self.ctx, self.name.inner(), self.field);
         if expires <= if timeless { 0 } else { now } {
             self.key.hash_set(self.field, None);
             ffi::replicate(ctx, c"HDEL", &[name, field]);
             return;
         }
         let value = with_scratch(|bytes| {
-            cell.encode(bytes);
+            encode(bytes);
             RedisString::create_from_slice(ctx, bytes)
         });
         self.key.hash_set(self.field, Some(&value));
@@ -268,8 +328,10 @@ fn reply(ctx: *mut RedisModuleCtx, outcome: &Outcome) {
             if i > 0 {
                 text.push(b' ');
             }
-            if let Word::Number(n) = word {
-                text.extend_from_slice(buffer.format(*n).as_bytes());
+            match word {
+                Word::Number(n) => text.extend_from_slice(buffer.format(*n).as_bytes()),
+                Word::Ban(mark) => text.push(*mark),
+                Word::Empty => {}
             }
         }
         ffi::reply_bulk(ctx, text);

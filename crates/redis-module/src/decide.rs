@@ -1,15 +1,19 @@
 //! The operations of one call over its cells, as the script's driver.lua
 //! runs them (and tollgate-memory's multi.rs, which it mirrors): every
 //! limit is evaluated before anything is counted, and a rejection counts
-//! nothing anywhere. Pure: the caller reads the states before and writes
-//! the ones named in the [`Outcome`] after.
+//! nothing anywhere, but a limit with a ban that refused takes a strike
+//! (tollgate-core's `Banned`, whose rules these are: refused while banned,
+//! reservations landing after the ban). Pure: the caller reads the states
+//! before and writes the ones named in the [`Outcome`] after.
 
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use tollgate_core::Decision;
+use tollgate_core::algorithm::Slot;
+use tollgate_core::{BanRefusal, Decision};
 
+use crate::ban::Banned;
 use crate::cell::AnyCell;
 use crate::error::Error;
 use crate::text::parse_u64;
@@ -59,13 +63,47 @@ impl Op {
 pub(crate) struct Planned {
     pub(crate) cell: AnyCell,
     pub(crate) cost: u64,
+    /// The limit's ban and its state, when it has one.
+    pub(crate) ban: Option<Banned>,
 }
 
-/// One word of a reply: a number, or empty (no lease).
+impl Planned {
+    /// The earliest instant at or after `t` the ban lets a request in.
+    fn open_from(&self, t: u64) -> u64 {
+        self.ban.as_ref().map_or(t, |b| t.max(b.state.until))
+    }
+
+    /// The limit's decision for `cost` at `now`, or the ban's while banned.
+    fn evaluate(&self, now: u64, cost: u64) -> Decision {
+        match &self.ban {
+            Some(b) if b.ban.is_banned(&b.state, now) => {
+                b.ban
+                    .refusal(&b.state, now, self.cell.evaluate(now, 0), false)
+            }
+            _ => self.cell.evaluate(now, cost),
+        }
+    }
+
+    /// The limit's slot for a reservation made at `t`, from when the ban
+    /// lets it in, with the wait for the ban.
+    fn slot(&self, t: u64) -> Option<Slot> {
+        let open = self.open_from(t);
+        let slot = self.cell.slot(open, self.cost)?;
+        Some(Slot {
+            at: slot.at,
+            wait: slot.wait.saturating_add(open - t),
+        })
+    }
+}
+
+/// One word of a reply: a number, empty (no lease), or a ban's mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Word {
     Number(u64),
     Empty,
+    /// `s` (a ban started) or `b` (a ban in force), in a decision's lease
+    /// place, which a ban's decision never needs.
+    Ban(u8),
 }
 
 /// Words and cells of a call, held in place up to a few limits (a call
@@ -80,6 +118,8 @@ pub(crate) struct Outcome {
     /// The cells to write back, and whether without an instant (a release
     /// deletes only a state that is as good as new at any time).
     pub(crate) changed: SmallVec<[(usize, bool); 4]>,
+    /// The cells whose ban states to write back.
+    pub(crate) bans_changed: SmallVec<[usize; 2]>,
 }
 
 /// Runs `op` at `now` over `cells`; `extra` is the reservation's max wait
@@ -98,6 +138,7 @@ pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Resu
     let mut out = Outcome {
         reply: smallvec::smallvec![Word::Number(now)],
         changed: SmallVec::new(),
+        bans_changed: SmallVec::new(),
     };
     match op {
         Op::Check => check(now, cells, true, &mut out),
@@ -107,7 +148,7 @@ pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Resu
             let c = single(cells)?;
             let at = match c.cost {
                 0 => now,
-                cost => c.cell.next_available(now, cost),
+                cost => c.cell.next_available(c.open_from(now), cost),
             };
             out.reply.push(Word::Number(at));
         }
@@ -146,7 +187,7 @@ fn check(now: u64, cells: &mut [Planned], count: bool, out: &mut Outcome) {
     let mut decisions: SmallVec<[Decision; 4]> = cells
         .iter()
         .map(|c| {
-            let mut d = c.cell.evaluate(now, c.cost);
+            let mut d = c.evaluate(now, c.cost);
             if c.cost == 0 {
                 d.allowed = true;
                 d.retry_after = Duration::ZERO;
@@ -161,6 +202,20 @@ fn check(now: u64, cells: &mut [Planned], count: bool, out: &mut Outcome) {
             d.lease = c.cell.commit(now, c.cost);
             out.changed.push((i, false));
         }
+    } else if count && counted {
+        // Each limit that refused takes a strike (its ban's, if any).
+        for (i, (c, d)) in cells.iter_mut().zip(&mut decisions).enumerate() {
+            let Some(b) = c.ban.as_mut().filter(|_| !d.allowed) else {
+                continue;
+            };
+            if b.ban.is_banned(&b.state, now) {
+                continue;
+            }
+            if b.ban.strike(&mut b.state, now) {
+                *d = b.ban.refusal(&b.state, now, *d, true);
+            }
+            out.bans_changed.push(i);
+        }
     }
     for d in &decisions {
         push_decision(&mut out.reply, d);
@@ -170,8 +225,8 @@ fn check(now: u64, cells: &mut [Planned], count: bool, out: &mut Outcome) {
 /// Where a reservation of `c` made at `t` lands: when its cost is
 /// admitted, or later when the algorithm queues it.
 fn landing(c: &Planned, t: u64) -> u64 {
-    let admitted = c.cell.next_available(t, c.cost);
-    match c.cell.slot(t, c.cost) {
+    let admitted = c.cell.next_available(c.open_from(t), c.cost);
+    match c.slot(t) {
         Some(slot) => admitted.max(slot.at),
         None => admitted,
     }
@@ -194,7 +249,7 @@ fn reserve(now: u64, extra: &[u8], cells: &mut [Planned], out: &mut Outcome) -> 
         }
         let slots = cells
             .iter()
-            .map(|c| c.cell.slot(at, c.cost).ok_or(Error::ReservationUnsupported))
+            .map(|c| c.slot(at).ok_or(Error::ReservationUnsupported))
             .collect::<Result<Vec<_>, _>>()?;
         let shaping = slots.iter().map(|s| s.wait).max().unwrap_or(0);
         wait = (at - now).saturating_add(shaping);
@@ -206,6 +261,8 @@ fn reserve(now: u64, extra: &[u8], cells: &mut [Planned], out: &mut Outcome) -> 
             refused = Some(wait.saturating_sub(limit).max(1));
         } else {
             for (i, (c, slot)) in cells.iter_mut().zip(slots).enumerate() {
+                // Converged: `at` is past every ban, where the slot is the
+                // limit's own.
                 c.cell.book(at, slot, c.cost);
                 out.changed.push((i, false));
             }
@@ -217,7 +274,7 @@ fn reserve(now: u64, extra: &[u8], cells: &mut [Planned], out: &mut Outcome) -> 
         Word::Number(refused.unwrap_or(0)),
     ]);
     for c in cells.iter() {
-        let mut d = c.cell.evaluate(now, 0);
+        let mut d = c.evaluate(now, 0);
         d.allowed = true;
         d.retry_after = Duration::ZERO;
         d.delay = Duration::ZERO;
@@ -235,7 +292,8 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// A decision's seven words: allowed, limit, remaining, retry after,
-/// reset after, delay (ns), lease.
+/// reset after, delay (ns), lease (or a ban's mark: `s` started, `b` in
+/// force).
 fn push_decision(reply: &mut Words, d: &Decision) {
     reply.extend([
         Word::Number(u64::from(d.allowed)),
@@ -244,6 +302,11 @@ fn push_decision(reply: &mut Words, d: &Decision) {
         Word::Number(nanos(d.retry_after)),
         Word::Number(nanos(d.reset_after)),
         Word::Number(nanos(d.delay)),
-        d.lease.map_or(Word::Empty, Word::Number),
+        match (d.lease, d.ban) {
+            (Some(lease), _) => Word::Number(lease),
+            (None, Some(BanRefusal::Started)) => Word::Ban(b's'),
+            (None, Some(BanRefusal::InForce)) => Word::Ban(b'b'),
+            (None, None) => Word::Empty,
+        },
     ]);
 }

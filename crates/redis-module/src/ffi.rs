@@ -188,7 +188,7 @@ impl Key {
 
     /// The value of `field` in the hash (`None` when absent or the key is
     /// empty). The caller checked that the key is a hash or empty.
-    pub(crate) fn hash_get(&self, field: &Arg) -> Option<RedisString> {
+    pub(crate) fn hash_get(&self, field: *mut RedisModuleString) -> Option<RedisString> {
         let hash_get = api!(RedisModule_HashGet)?;
         let mut value: *mut RedisModuleString = ptr::null_mut();
         // SAFETY: an open hash (or empty) key, a field string Redis made,
@@ -197,7 +197,7 @@ impl Key {
             hash_get(
                 self.key,
                 raw::REDISMODULE_HASH_NONE as c_int,
-                field.inner(),
+                field,
                 &mut value as *mut *mut RedisModuleString,
                 ptr::null_mut::<RedisModuleString>(),
             )
@@ -211,7 +211,11 @@ impl Key {
 
     /// Sets `field` to `value`, or deletes it when `value` is `None` (the
     /// key goes when its last field does).
-    pub(crate) fn hash_set(&self, field: &Arg, value: Option<&RedisString>) -> bool {
+    pub(crate) fn hash_set(
+        &self,
+        field: *mut RedisModuleString,
+        value: Option<&RedisString>,
+    ) -> bool {
         let Some(hash_set) = api!(RedisModule_HashSet) else {
             return false;
         };
@@ -225,7 +229,7 @@ impl Key {
             hash_set(
                 self.key,
                 raw::REDISMODULE_HASH_NONE as c_int,
-                field.inner(),
+                field,
                 value,
                 ptr::null_mut::<RedisModuleString>(),
             )

@@ -14,6 +14,7 @@
 //! - `decide`: the operations over a call's limits (check, probe, reserve,
 //!   next, record, release), as the script's driver runs them.
 //! - `spec`: a limit's spec words into a core algorithm with its state.
+//! - `ban`: a limit's ban words and its ban state's value.
 //! - `cell`: one limit and its state behind one interface.
 //! - `state`: the version-1 value of each algorithm, read and written.
 //! - `text`: strict decimal numbers and words.
@@ -23,6 +24,7 @@
 // the commands.
 #![cfg_attr(test, allow(dead_code))]
 
+mod ban;
 mod cell;
 mod command;
 mod decide;

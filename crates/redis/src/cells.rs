@@ -35,6 +35,9 @@ pub(crate) struct Cell {
     /// check it: a gcra limit whose quantities stay below 2^53 in plain Lua
     /// numbers.
     pub(crate) lean: Option<Lean>,
+    /// Whether the limit has a ban (whose strikes a cached answer would
+    /// not count).
+    pub(crate) banned: bool,
 }
 
 /// A gcra limit as gcra_lean.lua takes it: `n` and `p` divided by their
@@ -89,6 +92,7 @@ pub(crate) fn plan(prefix: &str, requests: &[LimitKey<'_>], cost: u64) -> Result
                     reservable: algorithm.takes_reservations(),
                     algorithm: request.limit.algorithm,
                     lean: lean(request.limit),
+                    banned: request.limit.ban.is_some(),
                 });
                 algorithms.push(algorithm);
             }
@@ -100,10 +104,13 @@ pub(crate) fn plan(prefix: &str, requests: &[LimitKey<'_>], cost: u64) -> Result
     Ok(Plan { cells, of_request })
 }
 
-/// A limit's identity as a hash field: every option, unambiguous.
+/// A limit's identity as a hash field: every option, unambiguous; a ban's
+/// three words at the end when it has one (a limit with a ban counts apart
+/// from the same limit without, as in the memory store). The ban's state
+/// lives in the field `ban <field>` of the same hash.
 pub(crate) fn field(limit: &Limit) -> String {
     let option = |v: Option<u128>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    format!(
+    let mut field = format!(
         "{} {} {} {} {} {}",
         limit.algorithm.as_str(),
         limit.rate.limit(),
@@ -111,12 +118,41 @@ pub(crate) fn field(limit: &Limit) -> String {
         option(limit.burst.map(u128::from)),
         option(limit.step.map(|d| d.as_nanos())),
         option(limit.lease_ttl.map(|d| d.as_nanos())),
-    )
+    );
+    if let Some(words) = ban_words(limit) {
+        field.push(' ');
+        field.push_str(&words);
+    }
+    field
+}
+
+/// A ban's words: `ban <after> <within ns> <for ns>`.
+fn ban_words(limit: &Limit) -> Option<String> {
+    limit.ban.map(|ban| {
+        format!(
+            "ban {} {} {}",
+            ban.after(),
+            ban.within().as_nanos(),
+            ban.duration().as_nanos()
+        )
+    })
+}
+
+/// The limit's parameters as the engines parse them: a ban's words first
+/// when it has one (an engine that knows no bans then refuses the spec as
+/// an unknown algorithm rather than deciding without the ban), then the
+/// algorithm's.
+pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
+    let algorithm = algorithm_spec(limit)?;
+    Ok(match ban_words(limit) {
+        Some(ban) => format!("{ban} {algorithm}"),
+        None => algorithm,
+    })
 }
 
 /// The limit's parameters as its Lua algorithm parses them (see each
 /// algorithm's file in `src/lua`).
-pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
+fn algorithm_spec(limit: &Limit) -> Result<String, StoreError> {
     let (n, p) = (limit.rate.limit(), limit.rate.period_nanos());
     let burst = limit.burst.unwrap_or(n);
     let name = limit.algorithm.as_str();
@@ -159,7 +195,8 @@ pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
 /// their gcd, the bounds under which its plain Lua numbers stay exact (see
 /// that file).
 pub(crate) fn lean(limit: &Limit) -> Option<Lean> {
-    if limit.algorithm != AlgorithmName::Gcra {
+    // The lean script knows no bans.
+    if limit.algorithm != AlgorithmName::Gcra || limit.ban.is_some() {
         return None;
     }
     let (n, p) = (limit.rate.limit(), limit.rate.period_nanos());
@@ -227,6 +264,22 @@ mod tests {
         assert_eq!(
             spec(&wide).unwrap(),
             "token_bucket 1000003 604800000000000 1000003 wide"
+        );
+        // A ban comes first in the spec and last in the field.
+        let ban = tollgate_core::ban::Ban::new(
+            3,
+            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
+        let banned = limit.with_ban(ban);
+        assert_eq!(
+            spec(&banned).unwrap(),
+            "ban 3 600000000000 3600000000000 gcra 1 100000000 10"
+        );
+        assert_eq!(
+            field(&banned),
+            "gcra 10 1000000000 - - - ban 3 600000000000 3600000000000"
         );
         let too_much = [LimitKey {
             limit: &limit,

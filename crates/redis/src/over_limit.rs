@@ -144,6 +144,7 @@ mod tests {
             reservable: true,
             algorithm: tollgate_core::AlgorithmName::Gcra,
             lean: None,
+            banned: false,
         }
     }
 

@@ -37,6 +37,8 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/sliding_counter.lua"),
     "\n",
+    include_str!("lua/ban.lua"),
+    "\n",
     include_str!("lua/driver.lua"),
 );
 

@@ -33,7 +33,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{
-    Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus,
+    BanRefusal, Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError,
+    StoreStatus,
 };
 
 use crate::cells::{self, Cell, Plan};
@@ -572,6 +573,23 @@ impl RedisStore {
                 all &= probed.iter().all(|d| d.allowed);
                 decisions.extend(probed);
             }
+            if !all && cost > 0 {
+                // Nothing is counted, but each slot whose limits refused
+                // is checked once more so that they take their strikes (a
+                // check there counts nothing, as one of them refuses).
+                let mut start = 0;
+                for group in &groups {
+                    let refusing = decisions[start..start + group.len()]
+                        .iter()
+                        .any(|d| !d.allowed);
+                    if refusing && group.iter().any(|c| c.banned) {
+                        let reply = self.run("check", group, at, "").await?;
+                        let struck = decode_decisions(&reply, 1, group.len())?;
+                        decisions.splice(start..start + group.len(), struck);
+                    }
+                    start += group.len();
+                }
+            }
             if all && cost > 0 {
                 decisions.clear();
                 let mut refused = false;
@@ -637,9 +655,12 @@ fn decode_decisions(
     (0..count)
         .map(|i| {
             let base = start + 7 * i;
-            let lease = match reply[base + 6].as_str() {
-                "" => None,
-                _ => Some(number(reply, base + 6)?),
+            // The lease's place carries a ban's mark when a ban refused.
+            let (lease, ban) = match reply[base + 6].as_str() {
+                "" => (None, None),
+                "s" => (None, Some(BanRefusal::Started)),
+                "b" => (None, Some(BanRefusal::InForce)),
+                _ => (Some(number(reply, base + 6)?), None),
             };
             Ok(Decision {
                 allowed: reply[base] == "1",
@@ -650,7 +671,7 @@ fn decode_decisions(
                 delay: Duration::from_nanos(number(reply, base + 5)?),
                 lease,
                 degraded: false,
-                ban: None,
+                ban,
             })
         })
         .collect()
@@ -667,10 +688,12 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let plan = cells::plan(&self.inner.config.key_prefix, requests, cost)?;
+        // A request with a ban is always asked of Redis: each refusal by
+        // its limit is a strike there, which a cached answer would miss.
         let cacheable = self.inner.config.over_limit_cache
             && at == Moment::Now
             && cost > 0
-            && plan.cells.iter().all(|c| c.reservable);
+            && plan.cells.iter().all(|c| c.reservable && !c.banned);
         if !cacheable {
             return self.check_plan(&plan, at, cost).await;
         }

@@ -4,14 +4,15 @@
 //! `redis-server` this test starts with the module loaded — give identical
 //! results: decisions, reservations, next-available instants and errors.
 //!
-//! Random traces (proptest) mix every algorithm the script runs, several
-//! limits per check, shared keys, costs from peeks to over-capacity, and
-//! time steps from nanoseconds to several periods.
+//! Random traces (proptest) mix every algorithm the script runs, with and
+//! without a ban, several limits per check, shared keys, costs from peeks
+//! to over-capacity, and time steps from nanoseconds to several periods.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tollgate_core::ban::Ban;
 use tollgate_core::{
     AlgorithmName, AnyAlgorithm, Decision, Limit, LimitKey, Moment, MultiReservation, Rate, Store,
 };
@@ -137,6 +138,22 @@ fn limits() -> Vec<Limit> {
     let wide = |l: &Limit| matches!(l.build(), Ok(AnyAlgorithm::WideTokenBucket(_)));
     assert_eq!(out.iter().filter(|l| wide(l)).count(), 2);
     assert!(out[out.len() - 2..].iter().all(wide));
+    // Limits with a ban: strikes, bans in force, reservations landing
+    // after them; a ban alone on its limit and a ban beside the same limit
+    // without one.
+    let ban = |after, within, duration| Ban::new(after, within, duration).unwrap();
+    out.extend([
+        Limit::new(Gcra, rate(3, s(1))).with_ban(ban(2, s(10), s(30))),
+        Limit::new(FixedWindow, rate(3, s(1))).with_ban(ban(1, ms(1), ms(1500))),
+        Limit::new(SlidingWindowLog, rate(2, s(1))).with_ban(ban(3, s(5), s(3600))),
+        Limit::new(LeakyBucket, rate(10, s(1)))
+            .with_burst(4)
+            .with_ban(ban(2, ms(200), ms(700))),
+        Limit::new(SteppedWindow, rate(10, s(4)))
+            .with_step(s(1))
+            .with_ban(ban(2, s(2), s(5))),
+        Limit::new(Concurrency, rate(1, s(1))).with_ban(ban(2, s(60), s(2))),
+    ]);
     out
 }
 
@@ -419,6 +436,44 @@ fn focused_traces_on_a_few_limits_decide_alike() {
     proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(&all), 1..80))| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (memory, redis) = stores(&server, &format!("focused{n}"));
+        let limits: Vec<Limit> = chosen.iter().map(|&i| all[i]).collect();
+        let mut now = START;
+        let mut taken = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            now += step.advance;
+            let op = focused(&step.op, limits.len());
+            let ((expected, took), (got, _)) = runtime.block_on(async {
+                (
+                    apply(&memory, &limits, now, &op, &taken).await,
+                    apply(&redis, &limits, now, &op, &taken).await,
+                )
+            });
+            prop_assert_eq!(&expected, &got, "step {} {:?} at {} on {:?}", i, op, now, limits);
+            taken.extend(took);
+        }
+    });
+}
+
+/// Focused traces on the limits with a ban only (alone, or two or three
+/// of them in one check), so that strikes pile up, bans start, hold and
+/// end, and reservations land after them.
+#[test]
+fn focused_traces_on_limits_with_a_ban_decide_alike() {
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let all = limits();
+    let banned: Vec<usize> = (0..all.len()).filter(|&i| all[i].ban.is_some()).collect();
+    let case = std::sync::atomic::AtomicU32::new(0);
+    let config = ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let chosen = proptest::sample::subsequence(banned, 1..=3);
+    proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(&all), 1..80))| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (memory, redis) = stores(&server, &format!("banned{n}"));
         let limits: Vec<Limit> = chosen.iter().map(|&i| all[i]).collect();
         let mut now = START;
         let mut taken = Vec::new();

@@ -10,6 +10,11 @@
 -- ARGV[4]      reserve: max wait in ns ('' for none); release: the lease
 -- ARGV[5..]    per cell, three words: field, limit spec, cost
 -- The reply starts with the instant used, as a decimal string.
+--
+-- A limit with a ban (ban.lua) is decided as tollgate-core's `Banned`
+-- decides it: refused while banned, the limit deciding otherwise, each of
+-- its refusals in a counting check a strike; reservations land after the
+-- ban.
 
 local op = ARGV[1]
 
@@ -33,6 +38,13 @@ local cells = {}
 for i = 1, #KEYS do
   local base = 4 + 3 * (i - 1)
   local field, spec, cost = ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  local ban, ban_state = nil, nil
+  if string.sub(spec, 1, 4) == 'ban ' then
+    ban, spec = BAN().split(spec)
+    local stored = redis.call('HGET', KEYS[i], 'ban ' .. field)
+    if stored == false then stored = nil end
+    ban_state = BAN().decode(stored)
+  end
   local f = words(spec)
   local A = algorithm(f[1])
   if A == nil then
@@ -58,7 +70,37 @@ for i = 1, #KEYS do
     field = field,
     cost = number_field(cost, 'cost'),
     st = A.decode(L, stored),
+    ban = ban,
+    ban_state = ban_state,
   }
+end
+
+-- Whether cell c is banned at t.
+local function banned(c, t)
+  return c.ban ~= nil and BAN().is_banned(c.ban_state, t)
+end
+
+-- The earliest instant at or after t that cell c's ban lets a request in.
+local function open_from(c, t)
+  if c.ban == nil then return t end
+  return B.max(t, c.ban_state.ends)
+end
+
+-- The limit's decision for cost at now, or the ban's while banned.
+local function evaluate(c, cost)
+  if banned(c, now) then
+    return BAN().refusal(c.ban_state, now, c.A.evaluate(c.L, c.st, now, B.ZERO), 'b')
+  end
+  return c.A.evaluate(c.L, c.st, now, cost)
+end
+
+-- Where a reservation of cell c made at t would be booked: the limit's
+-- slot from when the ban lets it in, waiting for the ban too.
+local function slot_at(c, t)
+  local open = open_from(c, t)
+  local slot = c.A.slot(c.L, c.st, open, c.cost)
+  if slot == nil then return nil end
+  return { at = slot.at, wait = B.add(slot.wait, B.sub(open, t)) }
 end
 
 -- Writes a cell's state back, with a TTL that outlives its expiry by the
@@ -68,23 +110,35 @@ end
 -- memory store's it drops nothing by the clock) deletes only a state that
 -- is as good as new at any time; Redis's clock may be far past the instants
 -- the calls around it sent.
-local function store(c, timeless)
-  local expires = c.A.expires_at(c.L, c.st)
+local function write(key, field, expires, encode, timeless)
   if B.cmp(expires, timeless and B.ZERO or now) <= 0 then
-    redis.call('HDEL', c.key, c.field)
+    redis.call('HDEL', key, field)
     return
   end
-  redis.call('HSET', c.key, c.field, c.A.encode(c.L, c.st))
+  redis.call('HSET', key, field, encode())
   local ttl = B.approx(B.div_ceil(B.sub(expires, now), B.MILLION)) + grace_ms
   if ttl < 1 then ttl = 1 end
-  local current = redis.call('PTTL', c.key)
+  local current = redis.call('PTTL', key)
   if current < ttl then
-    redis.call('PEXPIRE', c.key, ttl + grace_ms)
+    redis.call('PEXPIRE', key, ttl + grace_ms)
   end
 end
 
+local function store(c, timeless)
+  write(c.key, c.field, c.A.expires_at(c.L, c.st), function()
+    return c.A.encode(c.L, c.st)
+  end, timeless)
+end
+
+-- Writes a cell's ban state back (its own field, the same TTL rule).
+local function store_ban(c)
+  write(c.key, 'ban ' .. c.field, BAN().expires_at(c.ban, c.ban_state), function()
+    return BAN().encode(c.ban_state)
+  end, false)
+end
+
 local function peek(c)
-  local d = c.A.evaluate(c.L, c.st, now, B.ZERO)
+  local d = evaluate(c, B.ZERO)
   d.allowed = true
   d.retry_after = B.ZERO
   d.delay = B.ZERO
@@ -98,14 +152,15 @@ local function push_decision(out, d)
   out[#out + 1] = B.str(d.retry_after)
   out[#out + 1] = B.str(d.reset_after)
   out[#out + 1] = B.str(d.delay)
-  out[#out + 1] = d.lease or ''
+  -- A ban's decision has no lease; its place carries the ban's mark.
+  out[#out + 1] = d.lease or d.ban or ''
 end
 
 -- Decides every cell; counts only when `count` and every cell admits.
 local function check(count)
   local decisions, all = {}, true
   for i, c in ipairs(cells) do
-    local d = c.A.evaluate(c.L, c.st, now, c.cost)
+    local d = evaluate(c, c.cost)
     if B.is_zero(c.cost) then
       d.allowed = true
       d.retry_after = B.ZERO
@@ -114,10 +169,21 @@ local function check(count)
     decisions[i] = d
     all = all and d.allowed
   end
-  if count and all and #cells > 0 and not B.is_zero(cells[1].cost) then
+  local counted = count and #cells > 0 and not B.is_zero(cells[1].cost)
+  if counted and all then
     for i, c in ipairs(cells) do
       decisions[i].lease = c.A.commit(c.L, c.st, now, c.cost)
       store(c)
+    end
+  elseif counted then
+    -- Each limit that refused takes a strike (its ban's, if any).
+    for i, c in ipairs(cells) do
+      if c.ban ~= nil and not decisions[i].allowed and not banned(c, now) then
+        if BAN().strike(c.ban, c.ban_state, now) then
+          decisions[i] = BAN().refusal(c.ban_state, now, decisions[i], 's')
+        end
+        store_ban(c)
+      end
     end
   end
   local out = { B.str(now) }
@@ -130,8 +196,8 @@ end
 -- Where a reservation of cell c made at t would land: when its cost is
 -- admitted, or later when the algorithm queues it.
 local function landing(c, t)
-  local admitted = c.A.next_available(c.L, c.st, t, c.cost)
-  local slot = c.A.slot(c.L, c.st, t, c.cost)
+  local admitted = c.A.next_available(c.L, c.st, open_from(c, t), c.cost)
+  local slot = slot_at(c, t)
   if slot == nil then return admitted end
   return B.max(admitted, slot.at)
 end
@@ -160,7 +226,7 @@ local function reserve()
     end
     local slots, shaping = {}, B.ZERO
     for i, c in ipairs(cells) do
-      slots[i] = c.A.slot(c.L, c.st, at, c.cost)
+      slots[i] = slot_at(c, at)
       shaping = B.max(shaping, slots[i].wait)
     end
     wait = B.sat64(B.add(B.sub(at, now), shaping))
@@ -170,6 +236,7 @@ local function reserve()
       refused = B.max(B.sub(wait, limit), B.ONE)
     else
       for i, c in ipairs(cells) do
+        -- Converged: at is past every ban, where slot_at is the limit's.
         c.A.book(c.L, c.st, at, slots[i], c.cost)
         store(c)
       end
@@ -191,7 +258,7 @@ local function next_available()
   local c = cells[1]
   local instant = now
   if not B.is_zero(c.cost) then
-    instant = c.A.next_available(c.L, c.st, now, c.cost)
+    instant = c.A.next_available(c.L, c.st, open_from(c, now), c.cost)
   end
   return { B.str(now), B.str(instant) }
 end
