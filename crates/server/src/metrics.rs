@@ -27,7 +27,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use tollgate_core::Decision;
+use tollgate_core::{BanRefusal, Decision};
 
 /// The most distinct `rule` labels carrying request values, all rules
 /// together.
@@ -134,6 +134,8 @@ pub struct Metrics {
     rejected: Family<RuleLabels, Counter>,
     shadow_rejected: Family<RuleLabels, Counter>,
     near_limit: Family<RuleLabels, Counter>,
+    bans: Family<RuleLabels, Counter>,
+    ban_refusals: Family<RuleLabels, Counter>,
     latency: HistogramFamily,
     reloads: Family<ResultLabels, Counter>,
     snapshots: Family<ResultLabels, Counter>,
@@ -163,11 +165,22 @@ struct RuleCounters {
     rejected: Counter,
     shadow_rejected: Counter,
     near_limit: Counter,
+    bans: Counter,
+    ban_refusals: Counter,
 }
 
 impl RuleCounters {
     fn count(&self, decision: &Decision, verdict: Verdict) {
         self.total.inc();
+        match decision.ban {
+            Some(BanRefusal::Started) => {
+                self.bans.inc();
+            }
+            Some(BanRefusal::InForce) if !decision.allowed => {
+                self.ban_refusals.inc();
+            }
+            _ => {}
+        }
         match verdict {
             Verdict::Allowed => {
                 self.allowed.inc();
@@ -243,6 +256,8 @@ impl Metrics {
             rejected: Family::default(),
             shadow_rejected: Family::default(),
             near_limit: Family::default(),
+            bans: Family::default(),
+            ban_refusals: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             reloads: Family::default(),
             snapshots: Family::default(),
@@ -282,6 +297,16 @@ impl Metrics {
             "near_limit",
             "Admissions that used more than 80% of the limit, per rule",
             metrics.near_limit.clone(),
+        );
+        registry.register(
+            "bans",
+            "Bans started: keys a rule's ban refuses outright from now on, per rule",
+            metrics.bans.clone(),
+        );
+        registry.register(
+            "ban_refusals",
+            "Requests refused by a ban in force, per rule",
+            metrics.ban_refusals.clone(),
         );
         registry.register(
             "decision_duration_seconds",
@@ -396,6 +421,8 @@ impl Metrics {
             rejected: self.rejected.get_or_create(&labels).clone(),
             shadow_rejected: self.shadow_rejected.get_or_create(&labels).clone(),
             near_limit: self.near_limit.get_or_create(&labels).clone(),
+            bans: self.bans.get_or_create(&labels).clone(),
+            ban_refusals: self.ban_refusals.get_or_create(&labels).clone(),
         };
         counters.count(decision, verdict);
         self.by_rule.write().insert(
@@ -545,6 +572,46 @@ mod tests {
             allowed: false,
             ..decision(10, 0)
         }));
+    }
+
+    #[test]
+    fn bans_started_and_refusals_by_a_ban_count_apart() {
+        let m = Metrics::new();
+        let ban = |ban| Decision {
+            ban: Some(ban),
+            ..Decision::default()
+        };
+        m.count("d", "d.login", None, &decision(3, 0), Verdict::Rejected);
+        m.count(
+            "d",
+            "d.login",
+            None,
+            &ban(BanRefusal::Started),
+            Verdict::Rejected,
+        );
+        m.count(
+            "d",
+            "d.login",
+            None,
+            &ban(BanRefusal::InForce),
+            Verdict::Rejected,
+        );
+        m.count(
+            "d",
+            "d.login",
+            None,
+            &ban(BanRefusal::InForce),
+            Verdict::Rejected,
+        );
+        let text = m.encode();
+        assert!(
+            text.contains(r#"tollgate_bans_total{domain="d",rule="d.login"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tollgate_ban_refusals_total{domain="d",rule="d.login"} 2"#),
+            "{text}"
+        );
     }
 
     #[test]

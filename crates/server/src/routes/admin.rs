@@ -12,21 +12,33 @@ use crate::app::App;
 use crate::decide::store;
 use crate::error::ApiError;
 use crate::extract::require_admin;
-use crate::target::store_key;
+use crate::target::{store_key, RULES_KEY_PREFIX};
 use crate::wire::ReleasedBody;
 
 /// `DELETE /v1/keys/{key}`: forgets an inline key (or Databox id) under
-/// every limit.
+/// every limit, and a rules counter key (`tg1|…`) as given.
 pub(crate) async fn reset_key<S: Store>(
     State(app): State<App<S>>,
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Json<ReleasedBody>, ApiError> {
     require_admin(&app, &headers)?;
-    let key = store_key(&key, app.settings())?;
-    let held = store(&app, app.store().reset(&key).await)?;
+    let inline = store_key(&key, app.settings())?;
+    let mut held = store(&app, app.store().reset(&inline).await)?;
+    // A rules counter key (docs/rules.md, "Counters") is the descriptor's
+    // store key itself: reset too, so that an operator can lift a rule's
+    // ban (or clear its counts) for one descriptor.
+    if key.starts_with(RULE_KEY_TAG) {
+        let mut rule_key = Vec::with_capacity(key.len() + 1);
+        rule_key.push(RULES_KEY_PREFIX);
+        rule_key.extend_from_slice(key.as_bytes());
+        held += store(&app, app.store().reset(&rule_key).await)?;
+    }
     Ok(Json(ReleasedBody { released: held > 0 }))
 }
+
+/// How every rules counter key starts (tollgate-rules `key_prefix`).
+const RULE_KEY_TAG: &str = "tg1|";
 
 /// The answer of a reload.
 #[derive(Serialize)]
