@@ -335,6 +335,10 @@ impl<A: Keyed> LockedShard for Locked<'_, A> {
     }
 
     fn strike(&mut self, fp: Fingerprint, now: u64, decision: &mut Decision) {
+        // Only a ban keeps strikes: spare the others a lookup per refusal.
+        if self.table.limit.ban.is_none() {
+            return;
+        }
         let alg = &self.table.alg;
         self.shard.update(self.table.cx(), fp, now, |s| {
             ((), alg.strike(s, now, decision))
