@@ -8,9 +8,10 @@
 //! Timeouts are set short and each test waits for the gateway to act, up
 //! to the raw client's 30 s patience; none asserts how soon. A body's
 //! timeout is 200 ms (its clock starts only once the head is in); a head
-//! or idle timeout is 1 s, since a request that must get through first
-//! has to arrive within it of the connection being accepted, and a test
-//! thread may be paused between connecting and sending on a busy machine.
+//! timeout is 1 s, where nothing must get through; an idle timeout 5 s,
+//! since a request that must get through first has to arrive within it of
+//! the connection being accepted, and a test thread may be paused between
+//! connecting and sending on a busy machine.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -86,7 +87,7 @@ async fn a_body_that_stops_coming_answers_408_and_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_are_closed() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(&["--upstream", &upstream.url(), "--idle-timeout", "1s"]);
+    let gw = Gateway::start(&["--upstream", &upstream.url(), "--idle-timeout", "5s"]);
     let mut silent = Raw::connect(&gw.address);
     assert!(silent.until_closed().is_empty());
     let mut used = Raw::connect(&gw.address);
