@@ -1,5 +1,6 @@
-//! From a store request to the script's input: each (limit, key) pair
-//! becomes a [`Cell`] with its Redis key, hash field and limit spec, and
+//! From a store request to the engines' input: each (limit, key) pair
+//! becomes a [`Cell`] with its Redis key and its limit, prepared once (hash
+//! field, spec: the `limits` module), and
 //! pairs naming the same limit on the same key are merged, costs summed, as
 //! the memory store merges them.
 //!
@@ -11,33 +12,23 @@
 //! keys never share a hash and `redis-cli` shows what a hash is for.
 
 use std::hash::Hasher;
+use std::sync::Arc;
 
 use siphasher::sip::SipHasher13;
 use tollgate_core::algorithm::{default_step, Narrow, TokenBucket};
 use tollgate_core::{AlgorithmName, Limit, LimitKey, StoreError};
 
-/// One limit on one key, as the script receives it.
+use crate::limits::{Limits, Prepared};
+
+/// One limit on one key, as the engines receive it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cell {
     /// The Redis key of the hash.
     pub(crate) key: Vec<u8>,
-    /// The hash field: the limit's identity.
-    pub(crate) field: String,
-    /// The limit's parameters as the script's algorithm parses them.
-    pub(crate) spec: String,
+    /// The limit: its field, spec and properties.
+    pub(crate) limit: Arc<Prepared>,
     /// The summed cost of the requests merged into this cell.
     pub(crate) cost: u64,
-    /// Whether the algorithm books time slots.
-    pub(crate) reservable: bool,
-    /// The limit's algorithm, for the errors the script reports.
-    pub(crate) algorithm: AlgorithmName,
-    /// The words the lean script takes for it (gcra_lean.lua), when it can
-    /// check it: a gcra limit whose quantities stay below 2^53 in plain Lua
-    /// numbers.
-    pub(crate) lean: Option<Lean>,
-    /// Whether the limit has a ban (whose strikes a cached answer would
-    /// not count).
-    pub(crate) banned: bool,
 }
 
 /// A gcra limit as gcra_lean.lua takes it: `n` and `p` divided by their
@@ -55,6 +46,22 @@ pub(crate) struct Plan {
     pub(crate) of_request: Vec<usize>,
 }
 
+impl Plan {
+    /// Each request's decision, from each cell's.
+    pub(crate) fn by_request<T: Copy>(&self, of_cells: Vec<T>) -> Vec<T> {
+        if self
+            .of_request
+            .iter()
+            .enumerate()
+            .all(|(i, &cell)| i == cell)
+        {
+            // One cell per request, in order: the usual case.
+            return of_cells;
+        }
+        self.of_request.iter().map(|&i| of_cells[i]).collect()
+    }
+}
+
 /// The Redis key of the hash holding `key`'s states.
 pub(crate) fn redis_key(prefix: &str, key: &[u8]) -> Vec<u8> {
     // Fixed SipHash keys: every tollgate instance must place a key alike.
@@ -63,43 +70,48 @@ pub(crate) fn redis_key(prefix: &str, key: &[u8]) -> Vec<u8> {
     let tag = hasher.finish();
     let mut out = Vec::with_capacity(prefix.len() + 18 + key.len());
     out.extend_from_slice(prefix.as_bytes());
-    out.extend_from_slice(format!("{{{tag:016x}}}").as_bytes());
+    // `{<tag as 16 lowercase hex digits>}`, written digit by digit: this
+    // runs for every key of every decision.
+    out.push(b'{');
+    out.extend(
+        (0..16)
+            .rev()
+            .map(|i| b"0123456789abcdef"[(tag >> (4 * i)) as usize & 0xf]),
+    );
+    out.push(b'}');
     out.extend_from_slice(key);
     out
 }
 
-/// Plans `requests` at `cost` each, validating every merged cost.
-pub(crate) fn plan(prefix: &str, requests: &[LimitKey<'_>], cost: u64) -> Result<Plan, StoreError> {
+/// Plans `requests` at `cost` each, validating every merged cost; each
+/// limit is prepared once by `limits`.
+pub(crate) fn plan(
+    prefix: &str,
+    limits: &Limits,
+    requests: &[LimitKey<'_>],
+    cost: u64,
+) -> Result<Plan, StoreError> {
     let mut cells: Vec<Cell> = Vec::with_capacity(requests.len());
-    let mut algorithms = Vec::with_capacity(requests.len());
     let mut of_request = Vec::with_capacity(requests.len());
     for request in requests {
-        let algorithm = request.limit.build()?;
+        let limit = limits.get(request.limit)?;
         let key = redis_key(prefix, request.key);
-        let field = field(request.limit);
-        match cells.iter().position(|c| c.key == key && c.field == field) {
+        match cells
+            .iter()
+            .position(|c| c.key == key && c.limit.field == limit.field)
+        {
             Some(i) => {
                 cells[i].cost = cells[i].cost.saturating_add(cost);
                 of_request.push(i);
             }
             None => {
                 of_request.push(cells.len());
-                cells.push(Cell {
-                    key,
-                    spec: spec(request.limit)?,
-                    field,
-                    cost,
-                    reservable: algorithm.takes_reservations(),
-                    algorithm: request.limit.algorithm,
-                    lean: lean(request.limit),
-                    banned: request.limit.ban.is_some(),
-                });
-                algorithms.push(algorithm);
+                cells.push(Cell { key, limit, cost });
             }
         }
     }
-    for (cell, algorithm) in cells.iter().zip(&algorithms) {
-        algorithm.validate_cost(cell.cost)?;
+    for cell in &cells {
+        cell.limit.algorithm.validate_cost(cell.cost)?;
     }
     Ok(Plan { cells, of_request })
 }
@@ -228,6 +240,13 @@ mod tests {
         assert_ne!(a[..21], b[..21]);
         assert!(b[4..20].iter().all(u8::is_ascii_hexdigit));
         assert_eq!(redis_key("tg:", b"alice"), a, "stable");
+        // The layout every version writes: the tag is the SipHash in hex.
+        let mut hasher = SipHasher13::new_with_keys(0x746f_6c6c_6761_7465, 0x7265_6469_735f_7461);
+        hasher.write(b"alice");
+        assert_eq!(
+            a,
+            format!("tg:{{{:016x}}}alice", hasher.finish()).into_bytes()
+        );
     }
 
     #[test]
@@ -252,11 +271,13 @@ mod tests {
                 key: b"b",
             },
         ];
-        let plan = plan("", &requests, 3).unwrap();
+        let limits = Limits::default();
+        let plan = plan("", &limits, &requests, 3).unwrap();
         assert_eq!(plan.of_request, [0, 1, 0, 2]);
+        assert_eq!(plan.by_request(vec!['a', 'b', 'c']), ['a', 'b', 'a', 'c']);
         assert_eq!(plan.cells[0].cost, 6);
-        assert_eq!(plan.cells[0].spec, "gcra 1 100000000 10");
-        assert_eq!(plan.cells[1].field, "gcra 10 1000000000 20 - -");
+        assert_eq!(&*plan.cells[0].limit.spec, "gcra 1 100000000 10");
+        assert_eq!(&*plan.cells[1].limit.field, "gcra 10 1000000000 20 - -");
         // A token bucket names the storage Limit::build picks for it.
         let narrow = Limit::new(AlgorithmName::TokenBucket, Rate::per_second(10).unwrap());
         assert_eq!(spec(&narrow).unwrap(), "token_bucket 1 100000000 10 narrow");
@@ -286,7 +307,7 @@ mod tests {
             key: b"a",
         }; 2];
         assert!(matches!(
-            super::plan("", &too_much, 6),
+            super::plan("", &limits, &too_much, 6),
             Err(StoreError::Limit(LimitError::CostTooLarge { cost: 12, .. }))
         ));
     }

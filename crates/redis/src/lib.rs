@@ -21,7 +21,9 @@
 mod cells;
 mod endpoint;
 mod engine;
+mod limits;
 mod over_limit;
+mod reply;
 mod script;
 mod store;
 mod tls;

@@ -46,7 +46,7 @@ pub(crate) fn fingerprint(cells: &[Cell]) -> u64 {
     for cell in cells {
         hasher.write_usize(cell.key.len());
         hasher.write(&cell.key);
-        hasher.write(cell.field.as_bytes());
+        hasher.write(cell.limit.field.as_bytes());
         hasher.write_u64(cell.cost);
     }
     hasher.finish()
@@ -136,15 +136,14 @@ mod tests {
     use super::*;
 
     fn cell(key: &[u8]) -> Cell {
+        let limit = tollgate_core::Limit::new(
+            tollgate_core::AlgorithmName::Gcra,
+            tollgate_core::Rate::per_second(10).unwrap(),
+        );
         Cell {
             key: key.to_vec(),
-            field: "f".into(),
-            spec: "s".into(),
+            limit: std::sync::Arc::new(crate::limits::Prepared::new(&limit).unwrap()),
             cost: 1,
-            reservable: true,
-            algorithm: tollgate_core::AlgorithmName::Gcra,
-            lean: None,
-            banned: false,
         }
     }
 

@@ -1,11 +1,12 @@
 //! [`RedisStore`]: the core's [`Store`] trait over a Redis or Redis Cluster
 //! connection.
 //!
-//! Each operation is one call of the script (`EVALSHA`) carrying every cell
-//! of the request, bounded by the configured timeout. Connections are
-//! multiplexed: concurrent calls from many tasks are written back to back on
-//! one socket per server and their replies matched in order, so throughput
-//! is not one round trip per decision. Connecting is lazy: a store opens
+//! Each operation is one call of the module (`TOLLGATE.DECIDE`) or of the
+//! script (`EVALSHA`) carrying every cell of the request, bounded by the
+//! configured timeout. Connections are multiplexed: concurrent calls from
+//! many tasks are written back to back on one socket per server and their
+//! replies matched in order, so throughput is not one round trip per
+//! decision. Connecting is lazy: a store opens
 //! while Redis is down, fails its calls fast with [`StoreError`]s, and
 //! recovers by itself when Redis answers again.
 //!
@@ -33,14 +34,15 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{
-    BanRefusal, Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError,
-    StoreStatus,
+    Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus,
 };
 
 use crate::cells::{self, Cell, Plan};
 use crate::endpoint::Endpoint;
 use crate::engine::{self, Engine, EngineState, Running};
+use crate::limits::Limits;
 use crate::over_limit::{self, OverLimitCache};
+use crate::reply::{self, malformed, Words};
 use crate::script::{LEAN_GCRA, SOURCE};
 use crate::tls::{self, TlsError};
 
@@ -119,6 +121,9 @@ struct Inner {
     script: redis::Script,
     lean_gcra: redis::Script,
     config: RedisConfig,
+    /// `config.ttl_grace` in ms, as every call sends it.
+    grace_ms: String,
+    limits: Limits,
     over_limit: OverLimitCache,
     engine: EngineState,
 }
@@ -173,11 +178,6 @@ fn unavailable(error: redis::RedisError) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-/// A reply that does not have the script's shape.
-fn malformed(what: &str) -> StoreError {
-    StoreError::Unavailable(format!("unexpected reply from the Redis script: {what}"))
-}
-
 impl RedisStore {
     /// A store on `endpoint`. Returns at once without connecting (Redis may
     /// be down); must be called inside a tokio runtime. The TLS files of
@@ -202,10 +202,8 @@ impl RedisStore {
                     .set_response_timeout(Some(config.timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(config.timeout);
-                Connection::Single(ConnectionManager::new_lazy_with_config(
-                    client,
-                    manager_config,
-                )?)
+                let manager = ConnectionManager::new_lazy_with_config(client, manager_config)?;
+                Connection::Single(manager)
             }
             Endpoint::Cluster(nodes) => {
                 let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
@@ -228,6 +226,8 @@ impl RedisStore {
                 connection,
                 script: redis::Script::new(SOURCE),
                 lean_gcra: redis::Script::new(LEAN_GCRA),
+                grace_ms: config.ttl_grace.as_millis().to_string(),
+                limits: Limits::default(),
                 config,
                 over_limit: OverLimitCache::default(),
                 engine: EngineState::new(),
@@ -361,11 +361,14 @@ impl RedisStore {
         cells: &[&Cell],
         at: Moment,
         extra: &str,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Words, StoreError> {
+        // The rare paths (a probe, the script, a cluster) are boxed, so
+        // that the common one, the module on one server, is a small future
+        // to create and move.
         self.bounded(async {
             let running = match self.inner.engine.current() {
                 Some(running) => running,
-                None => self.probe().await?,
+                None => Box::pin(self.probe()).await?,
             };
             if running == Running::Module {
                 match self.decide_in_module(op, cells, at, extra).await {
@@ -380,7 +383,7 @@ impl RedisStore {
                     result => return result.map_err(|e| script_error(e, cells)),
                 }
             }
-            self.decide_in_script(op, cells, at, extra).await
+            Box::pin(self.decide_in_script(op, cells, at, extra)).await
         })
         .await
     }
@@ -392,31 +395,40 @@ impl RedisStore {
         cells: &[&Cell],
         at: Moment,
         extra: &str,
-    ) -> Result<Vec<String>, redis::RedisError> {
-        let mut cmd = redis::cmd(engine::COMMAND);
+    ) -> Result<Words, redis::RedisError> {
+        // Sized for its words, so that it is written without growing: the
+        // name, four per cell, op, instant, grace, extra.
+        let bytes = cells
+            .iter()
+            .map(|c| c.key.len() + c.limit.field.len() + c.limit.spec.len() + 20)
+            .sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(5 + 4 * cells.len(), bytes + 64);
+        cmd.arg(engine::COMMAND);
         for cell in cells {
             cmd.arg(cell.key.as_slice())
-                .arg(cell.field.as_str())
-                .arg(cell.spec.as_str())
+                .arg(cell.limit.field.as_bytes())
+                .arg(cell.limit.spec.as_bytes())
                 .arg(cell.cost);
         }
         match at {
             Moment::Now => cmd.arg(op).arg(""),
             Moment::At(ns) => cmd.arg(op).arg(ns),
         };
-        cmd.arg(self.inner.config.ttl_grace.as_millis().to_string())
-            .arg(extra);
+        cmd.arg(self.inner.grace_ms.as_str()).arg(extra);
         // One bulk string: the script's words, separated by single spaces.
-        let text: String = match &self.inner.connection {
+        let words: Words = match &self.inner.connection {
             Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await?,
             Connection::Cluster(cluster) => {
-                let mut connection = cluster.get().await.map_err(|e| {
-                    redis::RedisError::from((redis::ErrorKind::Io, "cluster", e.to_string()))
-                })?;
-                cmd.query_async(&mut connection).await?
+                Box::pin(async {
+                    let mut connection = cluster.get().await.map_err(|e| {
+                        redis::RedisError::from((redis::ErrorKind::Io, "cluster", e.to_string()))
+                    })?;
+                    cmd.query_async(&mut connection).await
+                })
+                .await?
             }
         };
-        Ok(text.split(' ').map(str::to_owned).collect())
+        Ok(words)
     }
 
     /// The script's `op` over `cells`: the lean script when it can decide
@@ -427,11 +439,11 @@ impl RedisStore {
         cells: &[&Cell],
         at: Moment,
         extra: &str,
-    ) -> Result<Vec<String>, StoreError> {
-        if matches!(op, "check" | "probe") && cells.iter().all(|c| c.lean.is_some()) {
+    ) -> Result<Words, StoreError> {
+        if matches!(op, "check" | "probe") && cells.iter().all(|c| c.limit.lean.is_some()) {
             let reply = self.invoke_lean(op, cells, at).await?;
             // The lean script wrote nothing when it answers `fallback`.
-            if reply.first().map(String::as_str) != Some("fallback") {
+            if reply.get(0) != Some(&b"fallback"[..]) {
                 return Ok(reply);
             }
         }
@@ -444,14 +456,14 @@ impl RedisStore {
         op: &str,
         cells: &[&Cell],
         at: Moment,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Words, StoreError> {
         let mut invocation = self.invocation(&self.inner.lean_gcra, op, cells, at);
         for cell in cells {
-            let Some(lean) = cell.lean else {
+            let Some(lean) = cell.limit.lean else {
                 return Err(malformed("a cell the lean script cannot take"));
             };
             invocation
-                .arg(cell.field.as_str())
+                .arg(cell.limit.field.as_bytes())
                 .arg(lean.n)
                 .arg(lean.p)
                 .arg(lean.burst)
@@ -467,13 +479,13 @@ impl RedisStore {
         cells: &[&Cell],
         at: Moment,
         extra: &str,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Words, StoreError> {
         let mut invocation = self.invocation(&self.inner.script, op, cells, at);
         invocation.arg(extra);
         for cell in cells {
             invocation
-                .arg(cell.field.as_str())
-                .arg(cell.spec.as_str())
+                .arg(cell.limit.field.as_bytes())
+                .arg(cell.limit.spec.as_bytes())
                 .arg(cell.cost);
         }
         self.invoke(invocation, cells).await
@@ -493,12 +505,12 @@ impl RedisStore {
         for cell in cells {
             invocation.key(cell.key.as_slice());
         }
-        let at = match at {
-            Moment::Now => String::new(),
-            Moment::At(ns) => ns.to_string(),
+        invocation.arg(op);
+        match at {
+            Moment::Now => invocation.arg(""),
+            Moment::At(ns) => invocation.arg(ns),
         };
-        let grace_ms = self.inner.config.ttl_grace.as_millis().to_string();
-        invocation.arg(op).arg(at).arg(grace_ms);
+        invocation.arg(self.inner.grace_ms.as_str());
         invocation
     }
 
@@ -507,7 +519,7 @@ impl RedisStore {
         &self,
         invocation: redis::ScriptInvocation<'_>,
         cells: &[&Cell],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Words, StoreError> {
         match &self.inner.connection {
             Connection::Single(manager) => invocation
                 .invoke_async(&mut manager.clone())
@@ -539,26 +551,17 @@ impl RedisStore {
         groups.into_iter().map(|(_, group)| group).collect()
     }
 
-    async fn check_plan(
-        &self,
-        plan: &Plan,
-        at: Moment,
-        cost: u64,
-    ) -> Result<Vec<Decision>, StoreError> {
-        Ok(self.check_cells(plan, at, cost).await?.0)
-    }
-
-    /// The plan's decisions per request, and per cell.
+    /// The plan's decisions per cell.
     async fn check_cells(
         &self,
         plan: &Plan,
         at: Moment,
         cost: u64,
-    ) -> Result<(Vec<Decision>, Vec<Decision>), StoreError> {
+    ) -> Result<Vec<Decision>, StoreError> {
         let groups = self.groups(&plan.cells);
-        let mut decisions = Vec::with_capacity(plan.cells.len());
+        let mut decisions = Vec::new();
         if let [group] = groups.as_slice() {
-            decisions = decode_decisions(&self.run("check", group, at, "").await?, 1, group.len())?;
+            decisions = reply::decisions(&self.run("check", group, at, "").await?, 1, group.len())?;
         } else {
             // Across cluster slots: probe everywhere, then count slot by slot
             // (see the module documentation). All slots use one instant.
@@ -569,7 +572,7 @@ impl RedisStore {
             let mut all = true;
             for group in &groups {
                 let reply = self.run("probe", group, at, "").await?;
-                let probed = decode_decisions(&reply, 1, group.len())?;
+                let probed = reply::decisions(&reply, 1, group.len())?;
                 all &= probed.iter().all(|d| d.allowed);
                 decisions.extend(probed);
             }
@@ -582,9 +585,9 @@ impl RedisStore {
                     let refusing = decisions[start..start + group.len()]
                         .iter()
                         .any(|d| !d.allowed);
-                    if refusing && group.iter().any(|c| c.banned) {
+                    if refusing && group.iter().any(|c| c.limit.banned) {
                         let reply = self.run("check", group, at, "").await?;
-                        let struck = decode_decisions(&reply, 1, group.len())?;
+                        let struck = reply::decisions(&reply, 1, group.len())?;
                         decisions.splice(start..start + group.len(), struck);
                     }
                     start += group.len();
@@ -596,7 +599,7 @@ impl RedisStore {
                 for group in &groups {
                     let op = if refused { "probe" } else { "check" };
                     let reply = self.run(op, group, at, "").await?;
-                    let counted = decode_decisions(&reply, 1, group.len())?;
+                    let counted = reply::decisions(&reply, 1, group.len())?;
                     refused |= counted.iter().any(|d| !d.allowed);
                     decisions.extend(counted);
                 }
@@ -613,8 +616,7 @@ impl RedisStore {
             }
             decisions = in_cell_order;
         }
-        let by_request = plan.of_request.iter().map(|&i| decisions[i]).collect();
-        Ok((by_request, decisions))
+        Ok(decisions)
     }
 }
 
@@ -629,52 +631,11 @@ fn script_error(error: redis::RedisError, cells: &[&Cell]) -> StoreError {
         if let Some(cell) = cells.first() {
             return StoreError::Limit(LimitError::Option {
                 option: "record",
-                algorithm: cell.algorithm,
+                algorithm: cell.limit.name,
             });
         }
     }
     StoreError::Unavailable(text)
-}
-
-fn number(reply: &[String], i: usize) -> Result<u64, StoreError> {
-    reply
-        .get(i)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| malformed("a number was expected"))
-}
-
-/// `count` decisions of seven words each, from `reply[start..]`.
-fn decode_decisions(
-    reply: &[String],
-    start: usize,
-    count: usize,
-) -> Result<Vec<Decision>, StoreError> {
-    if reply.len() != start + 7 * count {
-        return Err(malformed("wrong length"));
-    }
-    (0..count)
-        .map(|i| {
-            let base = start + 7 * i;
-            // The lease's place carries a ban's mark when a ban refused.
-            let (lease, ban) = match reply[base + 6].as_str() {
-                "" => (None, None),
-                "s" => (None, Some(BanRefusal::Started)),
-                "b" => (None, Some(BanRefusal::InForce)),
-                _ => (Some(number(reply, base + 6)?), None),
-            };
-            Ok(Decision {
-                allowed: reply[base] == "1",
-                limit: number(reply, base + 1)?,
-                remaining: number(reply, base + 2)?,
-                retry_after: Duration::from_nanos(number(reply, base + 3)?),
-                reset_after: Duration::from_nanos(number(reply, base + 4)?),
-                delay: Duration::from_nanos(number(reply, base + 5)?),
-                lease,
-                degraded: false,
-                ban,
-            })
-        })
-        .collect()
 }
 
 impl Store for RedisStore {
@@ -687,27 +648,35 @@ impl Store for RedisStore {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let plan = cells::plan(&self.inner.config.key_prefix, requests, cost)?;
+        let plan = cells::plan(
+            &self.inner.config.key_prefix,
+            &self.inner.limits,
+            requests,
+            cost,
+        )?;
         // A request with a ban is always asked of Redis: each refusal by
         // its limit is a strike there, which a cached answer would miss.
         let cacheable = self.inner.config.over_limit_cache
             && at == Moment::Now
             && cost > 0
-            && plan.cells.iter().all(|c| c.reservable && !c.banned);
+            && plan
+                .cells
+                .iter()
+                .all(|c| c.limit.reservable && !c.limit.banned);
         if !cacheable {
-            return self.check_plan(&plan, at, cost).await;
+            return Ok(plan.by_request(self.check_cells(&plan, at, cost).await?));
         }
         let fingerprint = over_limit::fingerprint(&plan.cells);
         if let Some(cells) = self.inner.over_limit.get(fingerprint, Instant::now()) {
-            return Ok(plan.of_request.iter().map(|&i| cells[i]).collect());
+            return Ok(plan.by_request(cells));
         }
-        let (decisions, cells) = self.check_cells(&plan, at, cost).await?;
-        if decisions.iter().any(|d| !d.allowed) {
+        let cells = self.check_cells(&plan, at, cost).await?;
+        if cells.iter().any(|d| !d.allowed) {
             self.inner
                 .over_limit
                 .insert(fingerprint, &plan.cells, &cells, Instant::now());
         }
-        Ok(decisions)
+        Ok(plan.by_request(cells))
     }
 
     async fn reserve(
@@ -717,8 +686,13 @@ impl Store for RedisStore {
         cost: u64,
         max_wait: Option<Duration>,
     ) -> Result<MultiReservation, StoreError> {
-        let plan = cells::plan(&self.inner.config.key_prefix, requests, cost)?;
-        if plan.cells.iter().any(|c| !c.reservable) {
+        let plan = cells::plan(
+            &self.inner.config.key_prefix,
+            &self.inner.limits,
+            requests,
+            cost,
+        )?;
+        if plan.cells.iter().any(|c| !c.limit.reservable) {
             return Err(LimitError::ReservationUnsupported.into());
         }
         if plan.cells.is_empty() {
@@ -737,12 +711,12 @@ impl Store for RedisStore {
         };
         let max_wait = max_wait.map_or(String::new(), |d| duration_to_nanos(d).to_string());
         let reply = self.run("reserve", group, at, &max_wait).await?;
-        let decisions = decode_decisions(&reply, 4, group.len())?;
+        let decisions = reply::decisions(&reply, 4, group.len())?;
         Ok(MultiReservation {
-            booked: reply[1] == "1",
-            wait: Duration::from_nanos(number(&reply, 2)?),
-            retry_after: Duration::from_nanos(number(&reply, 3)?),
-            decisions: plan.of_request.iter().map(|&i| decisions[i]).collect(),
+            booked: reply.get(1) == Some(&b"1"[..]),
+            wait: Duration::from_nanos(reply.number(2)?),
+            retry_after: Duration::from_nanos(reply.number(3)?),
+            decisions: plan.by_request(decisions),
         })
     }
 
@@ -752,9 +726,14 @@ impl Store for RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<u64, StoreError> {
-        let plan = cells::plan(&self.inner.config.key_prefix, &[request], cost)?;
+        let plan = cells::plan(
+            &self.inner.config.key_prefix,
+            &self.inner.limits,
+            &[request],
+            cost,
+        )?;
         let reply = self.run("next", &[&plan.cells[0]], at, "").await?;
-        number(&reply, 1)
+        reply.number(1)
     }
 
     async fn record(
@@ -763,15 +742,25 @@ impl Store for RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<u64, StoreError> {
-        let plan = cells::plan(&self.inner.config.key_prefix, &[request], 0)?;
+        let plan = cells::plan(
+            &self.inner.config.key_prefix,
+            &self.inner.limits,
+            &[request],
+            0,
+        )?;
         let mut cell = plan.cells[0].clone();
         cell.cost = cost;
         let reply = self.run("record", &[&cell], at, "").await?;
-        number(&reply, 1)
+        reply.number(1)
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
-        let plan = cells::plan(&self.inner.config.key_prefix, &[request], 0)?;
+        let plan = cells::plan(
+            &self.inner.config.key_prefix,
+            &self.inner.limits,
+            &[request],
+            0,
+        )?;
         let reply = self
             .run(
                 "release",
@@ -780,7 +769,7 @@ impl Store for RedisStore {
                 &lease.to_string(),
             )
             .await?;
-        Ok(reply.get(1).is_some_and(|s| s == "1"))
+        Ok(reply.get(1) == Some(&b"1"[..]))
     }
 
     async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
