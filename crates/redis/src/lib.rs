@@ -18,6 +18,7 @@
 //! It does not own the policy applied when Redis is unreachable; the server
 //! does.
 
+mod batch;
 mod cells;
 mod endpoint;
 mod engine;

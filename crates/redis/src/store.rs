@@ -6,7 +6,9 @@
 //! configured timeout. Connections are multiplexed: concurrent calls from
 //! many tasks are written back to back on one socket per server and their
 //! replies matched in order, so throughput is not one round trip per
-//! decision. Connecting is lazy: a store opens
+//! decision; on one server the module's calls of concurrent requests are
+//! also written together, one batch per scheduler pass (the `batch`
+//! module). Connecting is lazy: a store opens
 //! while Redis is down, fails its calls fast with [`StoreError`]s, and
 //! recovers by itself when Redis answers again.
 //!
@@ -32,11 +34,13 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
+use redis::FromRedisValue;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{
     Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus,
 };
 
+use crate::batch::Batcher;
 use crate::cells::{self, Cell, Plan};
 use crate::endpoint::Endpoint;
 use crate::engine::{self, Engine, EngineState, Running};
@@ -129,7 +133,9 @@ struct Inner {
 }
 
 enum Connection {
-    Single(ConnectionManager),
+    /// The module's calls go through the batcher (see the `batch` module),
+    /// everything else straight to the connection.
+    Single(ConnectionManager, Batcher<ConnectionManager>),
     Cluster(Box<LazyCluster>),
 }
 
@@ -203,7 +209,7 @@ impl RedisStore {
                     .set_number_of_retries(1)
                     .set_max_delay(config.timeout);
                 let manager = ConnectionManager::new_lazy_with_config(client, manager_config)?;
-                Connection::Single(manager)
+                Connection::Single(manager.clone(), Batcher::new(manager))
             }
             Endpoint::Cluster(nodes) => {
                 let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
@@ -301,7 +307,7 @@ impl RedisStore {
         let mut info = redis::cmd("COMMAND");
         info.arg("INFO").arg(engine::COMMAND);
         let missing: Option<String> = match &self.inner.connection {
-            Connection::Single(manager) => {
+            Connection::Single(manager, _) => {
                 let reply: redis::Value = info
                     .query_async(&mut manager.clone())
                     .await
@@ -341,7 +347,7 @@ impl RedisStore {
 
     async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
         match &self.inner.connection {
-            Connection::Single(manager) => cmd
+            Connection::Single(manager, _) => cmd
                 .query_async(&mut manager.clone())
                 .await
                 .map_err(unavailable),
@@ -417,7 +423,9 @@ impl RedisStore {
         cmd.arg(self.inner.grace_ms.as_str()).arg(extra);
         // One bulk string: the script's words, separated by single spaces.
         let words: Words = match &self.inner.connection {
-            Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await?,
+            Connection::Single(_, batcher) => {
+                Words::from_redis_value(batcher.query(cmd).await?.extract_error()?)?
+            }
             Connection::Cluster(cluster) => {
                 Box::pin(async {
                     let mut connection = cluster.get().await.map_err(|e| {
@@ -521,7 +529,7 @@ impl RedisStore {
         cells: &[&Cell],
     ) -> Result<Words, StoreError> {
         match &self.inner.connection {
-            Connection::Single(manager) => invocation
+            Connection::Single(manager, _) => invocation
                 .invoke_async(&mut manager.clone())
                 .await
                 .map_err(|e| script_error(e, cells)),
@@ -537,7 +545,7 @@ impl RedisStore {
 
     /// The cells grouped by cluster slot (one group on a single node).
     fn groups<'c>(&self, cells: &'c [Cell]) -> Vec<Vec<&'c Cell>> {
-        if matches!(self.inner.connection, Connection::Single(_)) {
+        if matches!(self.inner.connection, Connection::Single(..)) {
             return vec![cells.iter().collect()];
         }
         let mut groups: Vec<(Slot, Vec<&Cell>)> = Vec::new();
@@ -790,7 +798,7 @@ impl Store for RedisStore {
         let (held,): (usize,) = self
             .bounded(async {
                 match &self.inner.connection {
-                    Connection::Single(manager) => pipe
+                    Connection::Single(manager, _) => pipe
                         .query_async(&mut manager.clone())
                         .await
                         .map_err(unavailable),
