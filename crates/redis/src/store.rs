@@ -6,9 +6,9 @@
 //! configured timeout. Connections are multiplexed: concurrent calls from
 //! many tasks are written back to back on one socket per server and their
 //! replies matched in order, so throughput is not one round trip per
-//! decision; on one server the module's calls of concurrent requests are
-//! also written together, one batch per scheduler pass (the `batch`
-//! module). Connecting is lazy: a store opens
+//! decision; on one server the calls of concurrent requests are also
+//! written together, one batch per scheduler pass (the `batch` module).
+//! Connecting is lazy: a store opens
 //! while Redis is down, fails its calls fast with [`StoreError`]s, and
 //! recovers by itself when Redis answers again.
 //!
@@ -133,7 +133,7 @@ struct Inner {
 }
 
 enum Connection {
-    /// The module's calls go through the batcher (see the `batch` module),
+    /// The engines' calls go through the batcher (see the `batch` module),
     /// everything else straight to the connection.
     Single(ConnectionManager, Batcher<ConnectionManager>),
     Cluster(Box<LazyCluster>),
@@ -465,19 +465,24 @@ impl RedisStore {
         cells: &[&Cell],
         at: Moment,
     ) -> Result<Words, StoreError> {
-        let mut invocation = self.invocation(&self.inner.lean_gcra, op, cells, at);
-        for cell in cells {
-            let Some(lean) = cell.limit.lean else {
-                return Err(malformed("a cell the lean script cannot take"));
-            };
-            invocation
-                .arg(cell.limit.field.as_bytes())
-                .arg(lean.n)
-                .arg(lean.p)
-                .arg(lean.burst)
-                .arg(cell.cost);
+        if cells.iter().any(|c| c.limit.lean.is_none()) {
+            return Err(malformed("a cell the lean script cannot take"));
         }
-        self.invoke(invocation, cells).await
+        let script = &self.inner.lean_gcra;
+        let call = || {
+            let mut cmd = self.evalsha(script, op, cells, at, 5);
+            for cell in cells {
+                if let Some(lean) = cell.limit.lean {
+                    cmd.arg(cell.limit.field.as_bytes())
+                        .arg(lean.n)
+                        .arg(lean.p)
+                        .arg(lean.burst)
+                        .arg(cell.cost);
+                }
+            }
+            cmd
+        };
+        self.invoke(script, call, cells).await
     }
 
     /// The full script called with the driver's convention (driver.lua).
@@ -488,59 +493,93 @@ impl RedisStore {
         at: Moment,
         extra: &str,
     ) -> Result<Words, StoreError> {
-        let mut invocation = self.invocation(&self.inner.script, op, cells, at);
-        invocation.arg(extra);
-        for cell in cells {
-            invocation
-                .arg(cell.limit.field.as_bytes())
-                .arg(cell.limit.spec.as_bytes())
-                .arg(cell.cost);
-        }
-        self.invoke(invocation, cells).await
+        let script = &self.inner.script;
+        let call = || {
+            let mut cmd = self.evalsha(script, op, cells, at, 3);
+            cmd.arg(extra);
+            for cell in cells {
+                cmd.arg(cell.limit.field.as_bytes())
+                    .arg(cell.limit.spec.as_bytes())
+                    .arg(cell.cost);
+            }
+            cmd
+        };
+        self.invoke(script, call, cells).await
     }
 
-    /// A call of `script` with what both scripts take first: the cells'
-    /// keys, then the operation, the instant ('' for Redis's clock) and the
-    /// TTL grace in ms.
-    fn invocation<'s>(
+    /// An `EVALSHA` of `script` with what both scripts take first: the
+    /// cells' keys, then the operation, the instant ('' for Redis's clock)
+    /// and the TTL grace in ms; sized for `per_cell` more words a cell.
+    fn evalsha(
         &self,
-        script: &'s redis::Script,
+        script: &redis::Script,
         op: &str,
         cells: &[&Cell],
         at: Moment,
-    ) -> redis::ScriptInvocation<'s> {
-        let mut invocation = script.prepare_invoke();
+        per_cell: usize,
+    ) -> redis::Cmd {
+        let bytes = cells
+            .iter()
+            .map(|c| 2 * c.key.len() + c.limit.field.len() + c.limit.spec.len() + 60)
+            .sum::<usize>();
+        let words = 7 + (1 + per_cell) * cells.len();
+        let mut cmd = redis::Cmd::with_capacity(words, bytes + 80);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(cells.len());
         for cell in cells {
-            invocation.key(cell.key.as_slice());
+            cmd.arg(cell.key.as_slice());
         }
-        invocation.arg(op);
+        cmd.arg(op);
         match at {
-            Moment::Now => invocation.arg(""),
-            Moment::At(ns) => invocation.arg(ns),
+            Moment::Now => cmd.arg(""),
+            Moment::At(ns) => cmd.arg(ns),
         };
-        invocation.arg(self.inner.grace_ms.as_str());
-        invocation
+        cmd.arg(self.inner.grace_ms.as_str());
+        cmd
     }
 
-    /// Runs a prepared script call on the connection.
+    /// Runs a script's call, made by `call`, on the connection: through
+    /// the batcher on one server. A server that does not have the script
+    /// (after a restart, a failover or `SCRIPT FLUSH`: `NOSCRIPT`) is given
+    /// it, and the call made again, as `redis::ScriptInvocation` does.
     async fn invoke(
         &self,
-        invocation: redis::ScriptInvocation<'_>,
+        script: &redis::Script,
+        call: impl Fn() -> redis::Cmd,
         cells: &[&Cell],
     ) -> Result<Words, StoreError> {
-        match &self.inner.connection {
-            Connection::Single(manager, _) => invocation
-                .invoke_async(&mut manager.clone())
-                .await
-                .map_err(|e| script_error(e, cells)),
+        let no_script = |result: &redis::RedisResult<Words>| matches!(result, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
+        let result = match &self.inner.connection {
+            Connection::Single(manager, batcher) => {
+                let query = || async {
+                    let value = batcher.query(call()).await?.extract_error()?;
+                    Ok(Words::from_redis_value(value)?)
+                };
+                let result = query().await;
+                if no_script(&result) {
+                    script
+                        .load_async(&mut manager.clone())
+                        .await
+                        .map_err(unavailable)?;
+                    query().await
+                } else {
+                    result
+                }
+            }
             Connection::Cluster(cluster) => {
                 let mut connection = cluster.get().await?;
-                invocation
-                    .invoke_async(&mut connection)
-                    .await
-                    .map_err(|e| script_error(e, cells))
+                let result = call().query_async(&mut connection).await;
+                if no_script(&result) {
+                    script
+                        .load_async(&mut connection)
+                        .await
+                        .map_err(unavailable)?;
+                    call().query_async(&mut connection).await
+                } else {
+                    result
+                }
             }
-        }
+        };
+        result.map_err(|e| script_error(e, cells))
     }
 
     /// The cells grouped by cluster slot (one group on a single node).
