@@ -31,7 +31,7 @@ fn auto_decides_with_the_module_and_says_so() {
     assert_eq!(server.call("/v1/check", &request).0, 200);
     assert_eq!(server.call("/v1/check", &request).0, 429);
     let stats = redis.command("INFO commandstats").unwrap();
-    assert!(stats.contains("cmdstat_tollgate.decide:"), "{stats}");
+    assert!(stats.contains("cmdstat_tollgate.decide2:"), "{stats}");
     assert!(!stats.contains("cmdstat_evalsha:"), "{stats}");
     let ready = ready(&server);
     assert_eq!(ready["engine"], "module", "{ready}");

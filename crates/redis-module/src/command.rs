@@ -1,22 +1,32 @@
-//! `TOLLGATE.DECIDE` and `TOLLGATE.RESET`: arguments in, states read from
-//! the keys, the operation decided (`decide`), states written back with
-//! their TTLs, the effects replicated, the reply written.
+//! `TOLLGATE.DECIDE2` and `TOLLGATE.RESET`: arguments in, states read
+//! from the keys, the operation decided (`decide`), states written back
+//! with their TTLs, the effects replicated, the reply written.
 //!
 //! ```text
-//! TOLLGATE.DECIDE key field spec cost [key field spec cost ...] op at grace_ms extra
+//! TOLLGATE.DECIDE2 key field "cost spec" [key field "cost spec" ...] "op at grace_ms extra"
 //! TOLLGATE.RESET key
 //! ```
 //!
-//! The per-limit words are the script's (driver.lua): the hash key, the
-//! field naming the limit, its spec and its cost; then the operation
-//! (`check`, `probe`, `reserve`, `next`, `record`, `release`), the instant
-//! in ns (empty: the server's clock), the TTL grace in ms, and the
-//! reservation's max wait in ns or the lease to release (empty when none).
-//! Keys sit at positions 1, 5, 9, … so that Redis Cluster and its clients
-//! find them (key spec first 1, last −5, step 4). The reply holds the
-//! script's words — the instant used, then the operation's words — in one
-//! bulk string, separated by single spaces (one reply instead of one per
-//! word: a quarter of a decision's cost in Redis went to replying).
+//! The words are the script's (driver.lua), packed into fewer arguments:
+//! per limit the hash key, the field naming the limit, and its cost and
+//! spec in one argument (the cost, one space, the spec's words); then one
+//! argument of four words each ended by one space but the last — the
+//! operation (`check`, `probe`, `reserve`, `next`, `record`, `release`),
+//! the instant in ns (empty: the server's clock), the TTL grace in ms, and
+//! the reservation's max wait in ns or the lease to release (empty when
+//! none). Redis spends a few hundred instructions on every argument of a
+//! command (reading it into a string, freeing it), which made a
+//! single-limit call of nine separate words dearer than the decision
+//! itself (docs/benchmarks.md, "Redis CPU per decision"); this one has
+//! four. Keys sit at positions 1, 4, 7, … so that Redis Cluster and its
+//! clients find them (key spec first 1, last −2, step 3). The reply holds
+//! the script's words — the instant used, then the operation's words — in
+//! one bulk string, separated by single spaces (one reply instead of one
+//! per word).
+//!
+//! `TOLLGATE.DECIDE`, the first format (one argument per word), is gone:
+//! a store of an earlier release probes for it, finds it missing and runs
+//! the script, so mixed releases keep deciding alike.
 //!
 //! A replica or an AOF gets the effects — `HSET`, `HDEL`, `PEXPIREAT` — not
 //! the command: it could decide otherwise on its own clock. They are
@@ -38,8 +48,8 @@ use crate::ban::{self, Banned};
 use crate::decide::{self, Op, Outcome, Planned, Word};
 use crate::error::Error;
 use crate::ffi::{self, Arg, Key, Kind};
-use crate::spec;
-use crate::text::parse_u64;
+use crate::specs;
+use crate::text::{parse_u64, put_u64_before};
 
 thread_local! {
     /// Bytes of a value or a reply being written, reused by every call:
@@ -67,7 +77,7 @@ const MAX_FIELD: usize = 512;
 /// The most TTL grace accepted, in ms (a year).
 const MAX_GRACE_MS: u64 = 365 * 24 * 3_600_000;
 
-/// `TOLLGATE.DECIDE`: never panics into Redis, whatever the arguments.
+/// `TOLLGATE.DECIDE2`: never panics into Redis, whatever the arguments.
 pub(crate) extern "C" fn decide(
     ctx: *mut RedisModuleCtx,
     argv: *mut *mut RedisModuleString,
@@ -148,23 +158,57 @@ fn ban_field(ctx: *mut RedisModuleCtx, field: &[u8]) -> RedisString {
     RedisString::create_from_slice(ctx, &name)
 }
 
+/// The call's last argument, `op at grace_ms extra`: four words, each
+/// ended by one space but the last (the words the store leaves empty are
+/// nothing between two spaces).
+struct Tail<'a> {
+    op: Op,
+    at: &'a [u8],
+    grace_ms: u64,
+    extra: &'a [u8],
+}
+
+impl<'a> Tail<'a> {
+    fn parse(bytes: &'a [u8]) -> Result<Tail<'a>, Error> {
+        const WORDS: Error = Error::Usage("the last argument is \"op at grace_ms extra\"");
+        let (op, rest) = split_word(bytes).ok_or(WORDS)?;
+        let (at, rest) = split_word(rest).ok_or(WORDS)?;
+        let (grace, extra) = split_word(rest).ok_or(WORDS)?;
+        let grace_ms = parse_u64(grace)
+            .filter(|&g| g <= MAX_GRACE_MS)
+            .ok_or(Error::Bad("TTL grace"))?;
+        Ok(Tail {
+            op: Op::parse(op)?,
+            at,
+            grace_ms,
+            extra,
+        })
+    }
+}
+
+/// The bytes before the first space and those after it.
+fn split_word(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let space = bytes.iter().position(|&b| b == b' ')?;
+    Some((&bytes[..space], &bytes[space + 1..]))
+}
+
 fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     const USAGE: &str =
-        "TOLLGATE.DECIDE key field spec cost [key field spec cost ...] op at grace_ms extra";
-    if args.len() < 5 || !(args.len() - 5).is_multiple_of(4) {
+        "TOLLGATE.DECIDE2 key field \"cost spec\" [key field \"cost spec\" ...] \"op at grace_ms extra\"";
+    if args.len() < 5 || !(args.len() - 2).is_multiple_of(3) {
         return Err(Error::Usage(USAGE));
     }
-    let tail = &args[args.len() - 4..];
-    let op = Op::parse(tail[0].bytes())?;
-    let now = match tail[1].bytes() {
+    let Tail {
+        op,
+        at,
+        grace_ms,
+        extra,
+    } = Tail::parse(args[args.len() - 1].bytes())?;
+    let now = match at {
         b"" => server_now(),
         at => parse_u64(at).ok_or(Error::Bad("instant"))?,
     };
-    let grace_ms = parse_u64(tail[2].bytes())
-        .filter(|&g| g <= MAX_GRACE_MS)
-        .ok_or(Error::Bad("TTL grace"))?;
-    let extra = tail[3].bytes();
-    let limits = args[1..args.len() - 4].chunks_exact(4);
+    let limits = args[1..args.len() - 1].chunks_exact(3);
     let count = limits.len();
     if op.single() && count != 1 {
         return Err(Error::Usage(
@@ -178,17 +222,15 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     let mut places: SmallVec<[Place<'_>; 4]> = SmallVec::with_capacity(count);
     let mut cells: SmallVec<[Planned; 2]> = SmallVec::with_capacity(count);
     for limit in limits {
-        let [name, field, spec, cost] = limit else {
+        let [name, field, priced] = limit else {
             return Err(Error::Usage(USAGE));
         };
+        let (cost, spec) = split_word(priced.bytes()).ok_or(Error::Bad("cost and spec"))?;
         let field_bytes = field.bytes();
-        if field_bytes.is_empty()
-            || field_bytes.len() > MAX_FIELD
-            || !field_bytes.iter().all(|b| (0x20..0x7f).contains(b))
-        {
+        if field_bytes.is_empty() || field_bytes.len() > MAX_FIELD || !printable(field_bytes) {
             return Err(Error::Bad("field (printable ASCII, at most 512 bytes)"));
         }
-        let cost = parse_u64(cost.bytes()).ok_or(Error::Bad("cost"))?;
+        let cost = parse_u64(cost).ok_or(Error::Bad("cost"))?;
         let name_bytes = name.bytes();
         let key = match keys.iter().position(|(n, _)| n.bytes() == name_bytes) {
             Some(i) => i,
@@ -201,11 +243,11 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
                 keys.len() - 1
             }
         };
-        let (ban, algorithm) = ban::split(spec.bytes())?;
+        let spec = specs::lookup(spec)?;
         let stored = keys[key].1.hash_get(field.inner());
-        let cell = spec::cell(algorithm, stored.as_ref().map(|s| s.as_slice()))?;
+        let cell = spec.format.cell(stored.as_ref().map(|s| s.as_slice()))?;
         // A ban's state lives in the field `ban <field>` of the same hash.
-        let (ban, ban_field) = match ban {
+        let (ban, ban_field) = match spec.ban {
             Some(ban) => {
                 let name = ban_field(ctx, field_bytes);
                 let stored = keys[key].1.hash_get(name.inner);
@@ -266,6 +308,14 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether every byte is printable ASCII (space to `~`); without an early
+/// exit, so that it runs on whole words of the field at once.
+fn printable(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .fold(true, |all, &b| all & (b.wrapping_sub(0x20) < 0x5f))
+}
+
 /// Where one changed state goes.
 struct Write<'a> {
     ctx: *mut RedisModuleCtx,
@@ -318,22 +368,84 @@ impl Write<'_> {
     }
 }
 
+/// The longest reply written on the stack: 12 words of at most 20 digits
+/// and a space, any operation's over one limit (the common call; a longer
+/// reply goes through the scratch bytes).
+const STACK_REPLY: usize = 12 * 21;
+
 /// Writes the reply: one bulk string, the words in decimal separated by
 /// one space (an empty word, a missing lease, is nothing between two
 /// spaces or after the last).
 fn reply(ctx: *mut RedisModuleCtx, outcome: &Outcome) {
-    with_scratch(|text| {
-        let mut buffer = itoa::Buffer::new();
-        for (i, word) in outcome.reply.iter().enumerate() {
-            if i > 0 {
-                text.push(b' ');
+    let words = &outcome.reply;
+    if words.len() * 21 > STACK_REPLY {
+        return with_scratch(|text| {
+            let mut buffer = itoa::Buffer::new();
+            for (i, word) in words.iter().enumerate() {
+                if i > 0 {
+                    text.push(b' ');
+                }
+                match word {
+                    Word::Number(n) => text.extend_from_slice(buffer.format(*n).as_bytes()),
+                    Word::Ban(mark) => text.push(*mark),
+                    Word::Empty => {}
+                }
             }
-            match word {
-                Word::Number(n) => text.extend_from_slice(buffer.format(*n).as_bytes()),
-                Word::Ban(mark) => text.push(*mark),
-                Word::Empty => {}
+            ffi::reply_bulk(ctx, text);
+        });
+    }
+    // Back to front, each word's digits straight into place: the reply was
+    // a tenth of a decision's instructions when each word went through a
+    // buffer of its own and a vector.
+    let mut text = [0u8; STACK_REPLY];
+    let mut start = STACK_REPLY;
+    for (i, word) in words.iter().enumerate().rev() {
+        match *word {
+            Word::Number(n) => start = put_u64_before(&mut text, start, n),
+            Word::Ban(mark) => {
+                start -= 1;
+                text[start] = mark;
             }
+            Word::Empty => {}
         }
-        ffi::reply_bulk(ctx, text);
-    });
+        if i > 0 {
+            start -= 1;
+            text[start] = b' ';
+        }
+    }
+    ffi::reply_bulk(ctx, &text[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_last_argument_holds_four_words_the_last_one_free() {
+        let tail = Tail::parse(b"check  1000 ").unwrap();
+        assert_eq!(
+            (tail.op, tail.at, tail.grace_ms, tail.extra),
+            (Op::Check, &b""[..], 1000, &b""[..])
+        );
+        let tail = Tail::parse(b"reserve 17 0 250").unwrap();
+        assert_eq!(
+            (tail.op, tail.at, tail.grace_ms, tail.extra),
+            (Op::Reserve, &b"17"[..], 0, &b"250"[..])
+        );
+        for bad in [&b"check"[..], b"check  1000", b"check 1", b""] {
+            assert!(matches!(Tail::parse(bad), Err(Error::Usage(_))), "{bad:?}");
+        }
+        assert_eq!(
+            Tail::parse(b"check  x ").err(),
+            Some(Error::Bad("TTL grace"))
+        );
+        assert_eq!(
+            Tail::parse(b"peek  1 ").err(),
+            Some(Error::UnknownOperation)
+        );
+        assert!(printable(b"gcra 1 1000000 10 - -"));
+        assert!(!printable(b"gcra\t1") && !printable(b"f\x7f") && !printable("é".as_bytes()));
+    }
 }

@@ -22,7 +22,7 @@ use crate::text::parse_u64;
 /// up (multi.rs's `MAX_ROUNDS`).
 const MAX_ROUNDS: usize = 64;
 
-/// An operation of `TOLLGATE.DECIDE`.
+/// An operation of `TOLLGATE.DECIDE2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     /// Decide every cell; count when all admit.

@@ -106,16 +106,19 @@ pub(crate) fn replicate(ctx: *mut RedisModuleCtx, command: &CStr, args: &[*mut R
     let Some(replicate) = api!(RedisModule_Replicate) else {
         return;
     };
-    // SAFETY: format `v` takes a vector of `RedisModuleString`s and its
-    // length, which Redis copies (it retains the strings it keeps).
+    let name = command.as_ptr();
+    // SAFETY: formats `s` take one `RedisModuleString` each and `v` a
+    // vector of them and its length; Redis copies the vector and retains
+    // the strings it keeps. Up to three arguments go one by one: Redis
+    // sizes its argument vector from the format, where `v` costs it one
+    // more reallocation per call.
     unsafe {
-        replicate(
-            ctx,
-            command.as_ptr(),
-            c"v".as_ptr(),
-            args.as_ptr(),
-            args.len(),
-        );
+        match *args {
+            [a] => replicate(ctx, name, c"s".as_ptr(), a),
+            [a, b] => replicate(ctx, name, c"ss".as_ptr(), a, b),
+            [a, b, c] => replicate(ctx, name, c"sss".as_ptr(), a, b, c),
+            _ => replicate(ctx, name, c"v".as_ptr(), args.as_ptr(), args.len()),
+        };
     }
 }
 

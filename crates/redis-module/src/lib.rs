@@ -9,11 +9,12 @@
 //!
 //! # Layout
 //!
-//! - `command`: `TOLLGATE.DECIDE` and `TOLLGATE.RESET` — arguments, keys,
+//! - `command`: `TOLLGATE.DECIDE2` and `TOLLGATE.RESET` — arguments, keys,
 //!   writes, TTLs, replication of the effects, the reply; panics caught.
 //! - `decide`: the operations over a call's limits (check, probe, reserve,
 //!   next, record, release), as the script's driver runs them.
-//! - `spec`: a limit's spec words into a core algorithm with its state.
+//! - `spec`: a limit's spec words into a core algorithm and its state's
+//!   encoding; `specs`: the specs of recent calls, parsed once.
 //! - `ban`: a limit's ban words and its ban state's value.
 //! - `cell`: one limit and its state behind one interface.
 //! - `state`: the version-1 value of each algorithm, read and written.
@@ -31,6 +32,7 @@ mod decide;
 mod error;
 mod ffi;
 mod spec;
+mod specs;
 mod state;
 mod text;
 
@@ -48,13 +50,13 @@ mod entry {
     use crate::ffi::create_command;
 
     fn register(ctx: &Context, _args: &[RedisString]) -> Status {
-        // Keys at 1, 5, 9, …, up to the fifth argument from the end.
+        // Keys at 1, 4, 7, …, up to the second argument from the end.
         let decide = create_command(
             ctx.ctx,
-            c"tollgate.decide",
+            c"tollgate.decide2",
             decide,
             c"write deny-oom",
-            (1, -5, 4),
+            (1, -2, 3),
         );
         let reset = create_command(ctx.ctx, c"tollgate.reset", reset, c"write", (1, 1, 1));
         if decide && reset {

@@ -1,6 +1,7 @@
 //! A limit's spec as the store sends it (the words the script's algorithms
-//! parse, `crates/redis/src/cells.rs` `spec`) into the core algorithm,
-//! with the state read from its stored value: an [`AnyCell`].
+//! parse, `crates/redis/src/cells.rs` `spec`) into a [`Spec`]: its ban and
+//! the core algorithm with its state's encoding, from which each call's
+//! [`AnyCell`] is made with the state read from Redis.
 //!
 //! The bucket algorithms' `n p` come divided by their greatest common
 //! divisor and name the units of the stored state, so a spec whose `n` and
@@ -13,9 +14,11 @@ use tollgate_core::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, Narrow, SlidingWindowCounter,
     SlidingWindowLog, SteppedWindow, TokenBucket, TokenStorage, Wide,
 };
+use tollgate_core::ban::Ban;
 use tollgate_core::time::NANOS_PER_MS;
 use tollgate_core::Rate;
 
+use crate::ban;
 use crate::cell::{AnyCell, Held};
 use crate::error::Error;
 use crate::state::{
@@ -23,54 +26,96 @@ use crate::state::{
 };
 use crate::text::{parse_u64, words};
 
-/// The cell of `spec` holding `stored` (`None`: a state nothing touched).
-pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<AnyCell, Error> {
+/// A limit's spec, parsed: everything of the limit but its state.
+#[derive(Clone, Copy)]
+pub(crate) struct Spec {
+    /// The limit's ban, when it has one.
+    pub(crate) ban: Option<Ban>,
+    /// The algorithm and its state's encoding.
+    pub(crate) format: AnyFormat,
+}
+
+/// The format of any algorithm, held by value.
+#[derive(Clone, Copy)]
+pub(crate) enum AnyFormat {
+    Gcra(GcraFormat),
+    TokenNarrow(TokenFormat<Narrow>),
+    TokenWide(TokenFormat<Wide>),
+    Leaky(LeakyFormat),
+    Fixed(FixedFormat),
+    Counter(CounterFormat),
+    Log(Log),
+    Steps(Steps),
+    Leases(Leases),
+}
+
+impl AnyFormat {
+    /// The cell of this limit holding `stored` (`None`: a state nothing
+    /// touched).
+    pub(crate) fn cell(self, stored: Option<&[u8]>) -> Result<AnyCell, Error> {
+        Ok(match self {
+            AnyFormat::Gcra(f) => AnyCell::Gcra(held(f, stored)?),
+            AnyFormat::TokenNarrow(f) => AnyCell::TokenNarrow(held(f, stored)?),
+            AnyFormat::TokenWide(f) => AnyCell::TokenWide(held(f, stored)?),
+            AnyFormat::Leaky(f) => AnyCell::Leaky(held(f, stored)?),
+            AnyFormat::Fixed(f) => AnyCell::Fixed(held(f, stored)?),
+            AnyFormat::Counter(f) => AnyCell::Counter(held(f, stored)?),
+            AnyFormat::Log(f) => AnyCell::Log(held(f, stored)?),
+            AnyFormat::Steps(f) => AnyCell::Steps(held(f, stored)?),
+            AnyFormat::Leases(f) => AnyCell::Leases(held(f, stored)?),
+        })
+    }
+}
+
+/// The spec of `bytes`: a ban's words, if any, then the algorithm's.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Spec, Error> {
+    let (ban, algorithm) = ban::split(bytes)?;
+    Ok(Spec {
+        ban,
+        format: format(algorithm)?,
+    })
+}
+
+/// The format of an algorithm's spec words.
+fn format(spec: &[u8]) -> Result<AnyFormat, Error> {
     let mut w = words(spec);
     let name = w.next().ok_or(Error::Bad("spec"))?;
     let mut number = |what| w.next().and_then(parse_u64).ok_or(Error::Bad(what));
     match name {
         b"gcra" => {
             let (rate, burst) = (bucket_rate(number("n")?, number("p")?)?, number("burst")?);
-            held(
-                GcraFormat(Gcra::new(rate, burst).map_err(bad_spec)?),
-                stored,
-            )
-            .map(AnyCell::Gcra)
+            let gcra = Gcra::new(rate, burst).map_err(bad_spec)?;
+            Ok(AnyFormat::Gcra(GcraFormat(gcra)))
         }
         b"leaky_bucket" => {
             let (rate, burst) = (bucket_rate(number("n")?, number("p")?)?, number("burst")?);
-            held(
-                LeakyFormat(LeakyBucket::new(rate, burst).map_err(bad_spec)?),
-                stored,
-            )
-            .map(AnyCell::Leaky)
+            let bucket = LeakyBucket::new(rate, burst).map_err(bad_spec)?;
+            Ok(AnyFormat::Leaky(LeakyFormat(bucket)))
         }
         b"token_bucket" => {
             let (n, p) = (number("n")?, number("p")?);
             let (rate, burst) = (bucket_rate(n, p)?, number("burst")?);
             let capacity = u128::from(burst) * u128::from(p);
             match w.next() {
-                Some(b"narrow") => {
-                    held(token::<Narrow>(rate, burst, capacity)?, stored).map(AnyCell::TokenNarrow)
-                }
-                Some(b"wide") => {
-                    held(token::<Wide>(rate, burst, capacity)?, stored).map(AnyCell::TokenWide)
-                }
+                Some(b"narrow") => Ok(AnyFormat::TokenNarrow(token(rate, burst, capacity)?)),
+                Some(b"wide") => Ok(AnyFormat::TokenWide(token(rate, burst, capacity)?)),
                 _ => Err(Error::Bad("token storage")),
             }
         }
         b"fixed_window" => {
             let rate = window_rate(number("n")?, number("p")?)?;
-            held(FixedFormat(FixedWindow::new(rate)), stored).map(AnyCell::Fixed)
+            Ok(AnyFormat::Fixed(FixedFormat(FixedWindow::new(rate))))
         }
         b"sliding_window_counter" => {
             let rate = window_rate(number("n")?, number("p")?)?;
-            held(CounterFormat(SlidingWindowCounter::new(rate)), stored).map(AnyCell::Counter)
+            Ok(AnyFormat::Counter(CounterFormat(
+                SlidingWindowCounter::new(rate),
+            )))
         }
         b"sliding_window_log" => {
             let (n, p) = (number("n")?, number("p")?);
             let log = SlidingWindowLog::new(window_rate(n, p)?);
-            held(Log::new(log, n, p), stored).map(AnyCell::Log)
+            Ok(AnyFormat::Log(Log::new(log, n, p)))
         }
         b"stepped_window" => {
             let (n, p, step) = (number("n")?, number("p")?, number("step")?);
@@ -78,22 +123,18 @@ pub(crate) fn cell(spec: &[u8], stored: Option<&[u8]>) -> Result<AnyCell, Error>
                 .map_err(bad_spec)?;
             let whole = u128::from(p / step.max(1));
             let room = [(whole + 2) * 4, u128::from(n) * 10];
-            held(
-                Steps {
-                    window,
-                    period: p,
-                    room,
-                },
-                stored,
-            )
-            .map(AnyCell::Steps)
+            Ok(AnyFormat::Steps(Steps {
+                window,
+                period: p,
+                room,
+            }))
         }
         b"concurrency" => {
             let (n, ttl) = (number("n")?, number("lease ttl")?);
             let concurrency = Concurrency::new(n, Duration::from_nanos(ttl)).map_err(bad_spec)?;
             let span = u128::from(ttl) * 4;
             let room = [span, span, u128::from(n)];
-            held(Leases { concurrency, room }, stored).map(AnyCell::Leases)
+            Ok(AnyFormat::Leases(Leases { concurrency, room }))
         }
         _ => Err(Error::UnknownAlgorithm),
     }

@@ -53,6 +53,36 @@ pub(crate) fn push_padded(out: &mut Vec<u8>, v: u128, width: usize) {
     out.extend_from_slice(digits);
 }
 
+/// Two-digit pairs "00" to "99", for writing two digits per division.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal into `out` so that it ends just before `end`;
+/// returns where it starts. `out[..end]` must have room for it (20 bytes
+/// hold any `u64`). itoa writes the same digits the same way, but into a
+/// buffer of its own, to be copied: a reply's words are written back to
+/// front straight into place instead (`command`'s reply).
+pub(crate) fn put_u64_before(out: &mut [u8], mut end: usize, mut v: u64) -> usize {
+    while v >= 100 {
+        let pair = usize::try_from(v % 100).unwrap_or_default() * 2;
+        v /= 100;
+        end -= 2;
+        out[end..end + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    let v = usize::try_from(v).unwrap_or_default();
+    if v >= 10 {
+        end -= 2;
+        out[end..end + 2].copy_from_slice(&PAIRS[v * 2..v * 2 + 2]);
+    } else {
+        end -= 1;
+        out[end] = b'0' + v as u8;
+    }
+    end
+}
+
 /// The number of decimal digits of `v`.
 pub(crate) fn digits(v: u128) -> usize {
     itoa::Buffer::new().format(v).len()
@@ -124,6 +154,36 @@ mod tests {
         push_u128(&mut out, 0);
         assert_eq!(out, b"0004270");
         assert_eq!((digits(0), digits(9), digits(10)), (1, 1, 2));
+    }
+
+    #[test]
+    fn numbers_are_written_back_to_front_as_itoa_writes_them() {
+        let mut values = vec![
+            0,
+            1,
+            9,
+            10,
+            11,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            u64::MAX,
+            u64::MAX - 1,
+        ];
+        values.extend((0..20).map(|k| 10u64.pow(k)));
+        values.extend((1..20).map(|k| 10u64.pow(k) - 1));
+        values.extend((0..64).map(|k| 1u64 << k));
+        let mut out = [0u8; 64];
+        for v in values {
+            let start = put_u64_before(&mut out, 40, v);
+            assert_eq!(
+                &out[start..40],
+                itoa::Buffer::new().format(v).as_bytes(),
+                "{v}"
+            );
+        }
     }
 
     #[test]

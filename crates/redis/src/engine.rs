@@ -1,5 +1,5 @@
 //! Which engine decides on Redis: tollgate's native module
-//! (`TOLLGATE.DECIDE`, crates/redis-module) where every node the store
+//! (`TOLLGATE.DECIDE2`, crates/redis-module) where every node the store
 //! talks to has it loaded, the Lua script otherwise. Both read and write
 //! the same state (docs/redis-state.md), so the store may switch from one
 //! call to the next without losing a count.
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// The module's command.
-pub(crate) const COMMAND: &str = "TOLLGATE.DECIDE";
+pub(crate) const COMMAND: &str = "TOLLGATE.DECIDE2";
 
 /// How often a store running the script under `auto` looks for the module
 /// again.
@@ -74,7 +74,7 @@ impl FromStr for Engine {
 /// The engine deciding now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Running {
-    /// `TOLLGATE.DECIDE`.
+    /// `TOLLGATE.DECIDE2`.
     Module,
     /// The Lua script.
     Lua,
@@ -152,7 +152,7 @@ impl EngineState {
     }
 }
 
-/// Whether a `COMMAND INFO TOLLGATE.DECIDE` reply names the command (a
+/// Whether a `COMMAND INFO TOLLGATE.DECIDE2` reply names the command (a
 /// server without it answers `[nil]`).
 pub(crate) fn knows_command(reply: &redis::Value) -> bool {
     match reply {

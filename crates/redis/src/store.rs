@@ -12,7 +12,7 @@
 //! while Redis is down, fails its calls fast with [`StoreError`]s, and
 //! recovers by itself when Redis answers again.
 //!
-//! The engine is tollgate's Redis module (`TOLLGATE.DECIDE`) where every
+//! The engine is tollgate's Redis module (`TOLLGATE.DECIDE2`) where every
 //! node has it and the script otherwise, as [`RedisConfig::engine`] says
 //! (see the `engine` module): both take the same words and keep the same
 //! state, so a call may go to either.
@@ -394,7 +394,9 @@ impl RedisStore {
         .await
     }
 
-    /// `TOLLGATE.DECIDE`: the script's words, keys first (crates/redis-module).
+    /// `TOLLGATE.DECIDE2`: the script's words, keys first, packed into
+    /// fewer arguments (crates/redis-module): per limit its key, its field,
+    /// and its cost and spec in one; then `op at grace_ms extra` in one.
     async fn decide_in_module(
         &self,
         op: &str,
@@ -403,24 +405,35 @@ impl RedisStore {
         extra: &str,
     ) -> Result<Words, redis::RedisError> {
         // Sized for its words, so that it is written without growing: the
-        // name, four per cell, op, instant, grace, extra.
+        // name, three per cell, the last.
         let bytes = cells
             .iter()
-            .map(|c| c.key.len() + c.limit.field.len() + c.limit.spec.len() + 20)
+            .map(|c| c.key.len() + c.limit.field.len() + c.limit.spec.len() + 21)
             .sum::<usize>();
-        let mut cmd = redis::Cmd::with_capacity(5 + 4 * cells.len(), bytes + 64);
+        let mut cmd = redis::Cmd::with_capacity(2 + 3 * cells.len(), bytes + 64 + extra.len());
         cmd.arg(engine::COMMAND);
+        let mut digits = itoa::Buffer::new();
+        let mut word = Vec::with_capacity(64 + extra.len());
         for cell in cells {
+            word.clear();
+            word.extend_from_slice(digits.format(cell.cost).as_bytes());
+            word.push(b' ');
+            word.extend_from_slice(cell.limit.spec.as_bytes());
             cmd.arg(cell.key.as_slice())
                 .arg(cell.limit.field.as_bytes())
-                .arg(cell.limit.spec.as_bytes())
-                .arg(cell.cost);
+                .arg(word.as_slice());
         }
-        match at {
-            Moment::Now => cmd.arg(op).arg(""),
-            Moment::At(ns) => cmd.arg(op).arg(ns),
-        };
-        cmd.arg(self.inner.grace_ms.as_str()).arg(extra);
+        word.clear();
+        word.extend_from_slice(op.as_bytes());
+        word.push(b' ');
+        if let Moment::At(ns) = at {
+            word.extend_from_slice(digits.format(ns).as_bytes());
+        }
+        word.push(b' ');
+        word.extend_from_slice(self.inner.grace_ms.as_bytes());
+        word.push(b' ');
+        word.extend_from_slice(extra.as_bytes());
+        cmd.arg(word.as_slice());
         // One bulk string: the script's words, separated by single spaces.
         let words: Words = match &self.inner.connection {
             Connection::Single(_, batcher) => {

@@ -46,7 +46,7 @@ fn auto_picks_the_module_where_it_is_loaded_and_the_script_elsewhere() {
         assert_eq!(on_module.engine(), Some("module"));
         let counted = with.command("INFO commandstats").unwrap();
         assert!(
-            counted.contains("cmdstat_tollgate.decide:calls=1,"),
+            counted.contains("cmdstat_tollgate.decide2:calls=1,"),
             "{counted}"
         );
 
@@ -171,6 +171,25 @@ fn word() -> impl Strategy<Value = Vec<u8>> {
         Just(b"concurrency 3 1000000".to_vec()),
         Just(b"fixed_window 18446744073709551615 0".to_vec()),
         Just(b"gcra 6 4 1".to_vec()),
+        // TOLLGATE.DECIDE2's packed words: a cost and a spec, and the last
+        // argument's four words.
+        Just(b"1 gcra 1 100000000 10".to_vec()),
+        Just(b"0 concurrency 3 1000000".to_vec()),
+        Just(b"2 stepped_window 3 4000000000 1000000000".to_vec()),
+        Just(b"18446744073709551615 fixed_window 1 1000000000".to_vec()),
+        Just(b"1 token_bucket 1 100000000 10 narrow".to_vec()),
+        Just(b"1 sliding_window_log 3 1000000000".to_vec()),
+        Just(b"1 gcra 6 4 1".to_vec()),
+        Just(b"1 ".to_vec()),
+        Just(b"check  1000 ".to_vec()),
+        Just(b"probe 18446744073709551615 1000 ".to_vec()),
+        Just(b"reserve 5 1000 7".to_vec()),
+        Just(b"release  1000 1".to_vec()),
+        Just(b"record 99 1000 ".to_vec()),
+        Just(b"next  99999999999999999999999 ".to_vec()),
+        Just(b"check".to_vec()),
+        Just(b"check   ".to_vec()),
+        Just(b"check 1 2 3 4".to_vec()),
         Just(b"18446744073709551615".to_vec()),
         Just(b"99999999999999999999999".to_vec()),
         Just(b"-1".to_vec()),
@@ -215,10 +234,18 @@ fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
         failure_persistence: None,
         ..Config::default()
     });
-    let argv = proptest::collection::vec(word(), 0..14);
+    // Any words, and calls of the command's shape (limits of three words,
+    // then the last) made of them.
+    let limit = (word(), word(), word()).prop_map(|(k, f, s)| vec![k, f, s]);
+    let shaped = (proptest::collection::vec(limit, 0..4), word()).prop_map(|(limits, last)| {
+        let mut words: Vec<Vec<u8>> = limits.into_iter().flatten().collect();
+        words.push(last);
+        words
+    });
+    let argv = prop_oneof![proptest::collection::vec(word(), 0..14), shaped];
     runner
         .run(&argv, |words| {
-            let mut args = vec![b"TOLLGATE.DECIDE".to_vec()];
+            let mut args = vec![b"TOLLGATE.DECIDE2".to_vec()];
             args.extend(words);
             let reply = call(server.port(), &args);
             prop_assert!(
@@ -234,15 +261,11 @@ fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
     let reply = call(
         server.port(),
         &[
-            b"TOLLGATE.DECIDE".to_vec(),
+            b"TOLLGATE.DECIDE2".to_vec(),
             b"g0".to_vec(),
             b"f".to_vec(),
-            b"gcra 1 100000000 10".to_vec(),
-            b"1".to_vec(),
-            b"check".to_vec(),
-            b"".to_vec(),
-            b"1000".to_vec(),
-            b"".to_vec(),
+            b"1 gcra 1 100000000 10".to_vec(),
+            b"check  1000 ".to_vec(),
         ],
     );
     assert!(reply.starts_with(b"-ERR tollgate: a state is not format version 1"));
@@ -250,15 +273,11 @@ fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
     let wrong = call(
         server.port(),
         &[
-            b"TOLLGATE.DECIDE".to_vec(),
+            b"TOLLGATE.DECIDE2".to_vec(),
             b"s".to_vec(),
             b"f".to_vec(),
-            b"gcra 1 100000000 10".to_vec(),
-            b"1".to_vec(),
-            b"check".to_vec(),
-            b"".to_vec(),
-            b"1000".to_vec(),
-            b"".to_vec(),
+            b"1 gcra 1 100000000 10".to_vec(),
+            b"check  1000 ".to_vec(),
         ],
     );
     assert!(wrong.starts_with(b"-WRONGTYPE"), "{wrong:?}");

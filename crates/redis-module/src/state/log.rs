@@ -14,6 +14,7 @@ use crate::text::{parse_u64, push_u64};
 const LIMB: u128 = 10_000_000;
 
 /// `sliding_window_log` with its widths.
+#[derive(Clone, Copy)]
 pub(crate) struct Log {
     pub(crate) log: SlidingWindowLog,
     /// Limbs of a mark's instant: the fewest (up to 3) with 10^(7·wa) ≥ P.

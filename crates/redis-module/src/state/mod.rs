@@ -113,6 +113,7 @@ fn codec_u64(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// `gcra`: `tat`.
+#[derive(Clone, Copy)]
 pub(crate) struct GcraFormat(pub(crate) Gcra);
 
 impl Format for GcraFormat {
@@ -134,6 +135,7 @@ impl Format for GcraFormat {
 
 /// `token_bucket`: `missing last`, where missing is the capacity in units
 /// less the signed token count.
+#[derive(Clone, Copy)]
 pub(crate) struct TokenFormat<S: TokenStorage> {
     pub(crate) bucket: TokenBucket<S>,
     /// The capacity in units, `burst × p`.
@@ -178,6 +180,7 @@ impl<S: TokenStorage> Format for TokenFormat<S> {
 }
 
 /// `leaky_bucket`: `queue last`.
+#[derive(Clone, Copy)]
 pub(crate) struct LeakyFormat(pub(crate) LeakyBucket);
 
 impl Format for LeakyFormat {
@@ -231,6 +234,7 @@ fn encode_u64s<A: StateCodec>(algorithm: &A, state: &A::State, count: usize, out
 }
 
 /// `fixed_window`: `window count`.
+#[derive(Clone, Copy)]
 pub(crate) struct FixedFormat(pub(crate) FixedWindow);
 
 impl Format for FixedFormat {
@@ -250,6 +254,7 @@ impl Format for FixedFormat {
 }
 
 /// `sliding_window_counter`: `window prev curr booked_until`.
+#[derive(Clone, Copy)]
 pub(crate) struct CounterFormat(pub(crate) SlidingWindowCounter);
 
 impl Format for CounterFormat {

@@ -92,6 +92,7 @@ fn put_rows<const K: usize>(out: &mut Vec<u8>, rows: &[[u64; K]]) {
 }
 
 /// `concurrency`: `held next_id <rows of id, expiry, cost>`.
+#[derive(Clone, Copy)]
 pub(crate) struct Leases {
     pub(crate) concurrency: Concurrency,
     /// Room per column: 4 × the lease TTL for ids and expiries, `N` for
@@ -138,6 +139,7 @@ impl Format for Leases {
 }
 
 /// `stepped_window`: `dropped <rows of step index, running total>`.
+#[derive(Clone, Copy)]
 pub(crate) struct Steps {
     pub(crate) window: SteppedWindow,
     /// The period in ns.
