@@ -1,7 +1,7 @@
 //! [`RedisStore`]: the core's [`Store`] trait over a Redis or Redis Cluster
 //! connection.
 //!
-//! Each operation is one call of the module (`TOLLGATE.DECIDE`) or of the
+//! Each operation is one call of the module (`TOLLGATE.DECIDE2`) or of the
 //! script (`EVALSHA`) carrying every cell of the request, bounded by the
 //! configured timeout. Connections are multiplexed: concurrent calls from
 //! many tasks are written back to back on one socket per server and their
