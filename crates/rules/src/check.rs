@@ -266,20 +266,33 @@ impl<'r> Plan<'r> {
             .flatten()
             .any(|p| p.rule.denies_all() && !p.rule.shadow_mode() && !self.is_quota(p.rule));
         let group_cost = if group_denied { 0 } else { cost };
-        let mut enforced = self.enforced();
-        enforced.retain(|&(d, _, _, _)| {
-            self.descriptors[d]
-                .as_ref()
-                .is_some_and(|p| !self.is_quota(p.rule))
-        });
-        if !enforced.is_empty() {
-            let requests: Vec<LimitKey<'_>> = enforced
-                .iter()
-                .map(|&(_, _, limit, key)| LimitKey { limit, key })
-                .collect();
-            let got = store.check(&requests, at, group_cost).await?;
-            for (&(d, l, _, _), decision) in enforced.iter().zip(got) {
-                decisions[d][l] = decision;
+        // The enforced limits of ordinary (non-quota) rules, checked
+        // together; their decisions go back in the same order.
+        let grouped = |p: &&Planned<'r>| {
+            p.counts() && !p.rule.shadow_mode() && !self.is_quota(p.rule)
+        };
+        let requests: Vec<LimitKey<'_>> = self
+            .descriptors
+            .iter()
+            .flatten()
+            .filter(grouped)
+            .flat_map(|p| {
+                p.rule.limits().iter().map(|limit| LimitKey {
+                    limit,
+                    key: &p.key,
+                })
+            })
+            .collect();
+        if !requests.is_empty() {
+            let mut got = store.check(&requests, at, group_cost).await?.into_iter();
+            for (d, p) in self.descriptors.iter().enumerate() {
+                if p.as_ref().is_some_and(|p| grouped(&p)) {
+                    for slot in &mut decisions[d] {
+                        if let Some(decision) = got.next() {
+                            *slot = decision;
+                        }
+                    }
+                }
             }
         }
         // Shadow and quota rules: each on its own, always debited.

@@ -383,11 +383,13 @@ impl<'f> FileParser<'f> {
                 return Err(self.err(*at, ErrorKind::ReplacesSelf { name: own.clone() }));
             }
         }
+        let name = name.map(|(n, _)| n);
+        let header_names = crate::rule::header_names(name.as_deref().unwrap_or(id), &limits);
         Ok(Rule {
             id: id.to_string(),
             domain: domain.to_string(),
             path: path.to_vec(),
-            name: name.map(|(n, _)| n),
+            name,
             replaces: replaces.into_iter().map(|(r, _)| r).collect(),
             limits,
             reported,
@@ -398,6 +400,7 @@ impl<'f> FileParser<'f> {
             quota_mode: flags.quota_mode,
             metadata: None,
             key_prefix: key_prefix(domain, path),
+            header_names,
             line,
         })
     }

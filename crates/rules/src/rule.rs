@@ -178,6 +178,10 @@ pub struct Rule {
     pub(crate) quota_mode: bool,
     pub(crate) metadata: Option<Arc<Metadata>>,
     pub(crate) key_prefix: Vec<u8>,
+    /// Each limit's name in the rate-limit headers, written at load (see
+    /// [`Rule::limit_header_name`]); derived from `name`, `id` and
+    /// `limits`, so left out of the comparison.
+    pub(crate) header_names: Vec<String>,
     pub(crate) line: usize,
 }
 
@@ -202,6 +206,15 @@ impl PartialEq for Rule {
 }
 
 impl Eq for Rule {}
+
+/// The header name of each of `limits` of a rule called `name`: see
+/// [`Rule::limit_header_name`].
+pub(crate) fn header_names(name: &str, limits: &[Limit]) -> Vec<String> {
+    match limits {
+        [_] => vec![name.to_owned()],
+        limits => limits.iter().map(|l| format!("{name}:{}", l.rate)).collect(),
+    }
+}
 
 impl Rule {
     /// A stable, human-readable path naming the rule, as envoyproxy/ratelimit
@@ -284,6 +297,16 @@ impl Rule {
     /// [`metric_label`](Rule::metric_label)).
     pub fn detailed_metric(&self) -> bool {
         self.detailed_metric
+    }
+
+    /// The name of limit `l` in the rate-limit headers: the rule's `name`
+    /// (or its path), with the limit's rate appended when the rule has
+    /// several limits (`per_key:10/s`). Written once, at load.
+    pub fn limit_header_name(&self, l: usize) -> &str {
+        match self.header_names.get(l) {
+            Some(name) => name,
+            None => self.name().unwrap_or(self.id()),
+        }
     }
 
     /// The line of the rules file where the rule's descriptor starts.

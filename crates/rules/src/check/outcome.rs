@@ -55,14 +55,7 @@ impl<'a> AppliedLimit<'a> {
 /// The header name of `rule`'s limit `l`: the rule's `name` (or its path),
 /// with the limit's rate appended when the rule has several limits.
 pub fn limit_name(rule: &Rule, l: usize) -> Cow<'_, str> {
-    let name = rule.name().unwrap_or(rule.id());
-    match rule.limits() {
-        [_] => Cow::Borrowed(name),
-        limits => Cow::Owned(match limits.get(l) {
-            Some(limit) => format!("{name}:{}", limit.rate),
-            None => name.to_owned(),
-        }),
-    }
+    Cow::Borrowed(rule.limit_header_name(l))
 }
 
 /// What the rules decided for one request descriptor.
