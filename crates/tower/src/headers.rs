@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use bytes::{BufMut, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate_core::time::duration_to_secs_ceil;
 use tollgate_core::Decision;
@@ -46,49 +47,51 @@ pub fn add_rate_limit_headers(
     }
     // Written byte by byte (itoa for the numbers): on every answer of the
     // gateway, core::fmt cost more than the rest of the headers together.
+    // Every value goes into one buffer, each split off as it is done: one
+    // allocation for all of them (and the one shared block that splitting
+    // makes), where a buffer per value (`HeaderValue::from(u64)` makes
+    // one) cost an allocation apiece.
+    let names: usize = applied.iter().map(|a| a.name.len() + 48).sum();
+    let mut buf = BytesMut::with_capacity(2 * names + 64);
     // Room for all of them at once, rather than growing the map twice.
     headers.reserve(6);
-    let mut policy = Vec::with_capacity(32 * applied.len());
-    let mut state = Vec::with_capacity(32 * applied.len());
     for (i, a) in applied.iter().enumerate() {
         if i > 0 {
-            policy.extend_from_slice(b", ");
-            state.extend_from_slice(b", ");
+            buf.extend_from_slice(b", ");
         }
-        push_sf_string(&mut policy, &a.name);
-        push_sf_string(&mut state, &a.name);
-        push_param(&mut policy, b";q=", a.policy.quota);
-        push_param(&mut policy, b";w=", a.policy.window_secs.max(1));
-        push_param(&mut state, b";r=", a.decision.remaining);
-        push_param(
-            &mut state,
-            b";t=",
-            duration_to_secs_ceil(a.decision.reset_after),
-        );
+        push_sf_string(&mut buf, &a.name);
+        push_param(&mut buf, b";q=", a.policy.quota);
+        push_param(&mut buf, b";w=", a.policy.window_secs.max(1));
     }
-    insert(headers, RATELIMIT_POLICY, policy);
-    insert(headers, RATELIMIT, state);
+    insert(headers, RATELIMIT_POLICY, &mut buf);
+    for (i, a) in applied.iter().enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        push_sf_string(&mut buf, &a.name);
+        push_param(&mut buf, b";r=", a.decision.remaining);
+        push_param(&mut buf, b";t=", duration_to_secs_ceil(a.decision.reset_after));
+    }
+    insert(headers, RATELIMIT, &mut buf);
     if applied.iter().any(|a| a.decision.degraded) {
         headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
     }
     if let Some(top) = top {
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(top.limit));
-        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(top.remaining));
-        headers.insert(
-            X_RATELIMIT_RESET,
-            HeaderValue::from(duration_to_secs_ceil(top.reset_after)),
-        );
+        push_param(&mut buf, b"", top.limit);
+        insert(headers, X_RATELIMIT_LIMIT, &mut buf);
+        push_param(&mut buf, b"", top.remaining);
+        insert(headers, X_RATELIMIT_REMAINING, &mut buf);
+        push_param(&mut buf, b"", duration_to_secs_ceil(top.reset_after));
+        insert(headers, X_RATELIMIT_RESET, &mut buf);
         if rejected {
-            headers.insert(
-                http::header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs(top.retry_after)),
-            );
+            push_param(&mut buf, b"", retry_after_secs(top.retry_after));
+            insert(headers, http::header::RETRY_AFTER, &mut buf);
         }
     }
 }
 
 /// Appends `key` and `value` (`;q=10`).
-fn push_param(out: &mut Vec<u8>, key: &[u8], value: u64) {
+fn push_param(out: &mut BytesMut, key: &[u8], value: u64) {
     out.extend_from_slice(key);
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
@@ -109,10 +112,12 @@ pub fn retry_after_secs(retry_after: Duration) -> u64 {
     duration_to_secs_ceil(retry_after).max(1)
 }
 
-fn insert(headers: &mut HeaderMap, name: HeaderName, value: Vec<u8>) {
+/// Inserts what `buf` holds as `name`'s value, leaving `buf` empty (and
+/// its spare room for the next value).
+fn insert(headers: &mut HeaderMap, name: HeaderName, buf: &mut BytesMut) {
     // Every value is built from digits and `push_sf_string` output: visible
-    // ASCII. Bytes take the buffer over without a copy.
-    if let Ok(value) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
+    // ASCII. The bytes are taken over without a copy.
+    if let Ok(value) = HeaderValue::from_maybe_shared(buf.split().freeze()) {
         headers.insert(name, value);
     }
 }
@@ -120,21 +125,26 @@ fn insert(headers: &mut HeaderMap, name: HeaderName, value: Vec<u8>) {
 /// A Structured Field string (RFC 9651 §3.3.3): visible ASCII and space,
 /// with `"` and `\` escaped; any other character becomes `_`, so a rule
 /// name from a file can never break the header.
-fn push_sf_string(out: &mut Vec<u8>, text: &str) {
+fn push_sf_string(out: &mut BytesMut, text: &str) {
     out.reserve(text.len() + 2);
-    out.push(b'"');
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push(b'\\');
-                out.push(c as u8);
+    out.put_u8(b'"');
+    // Rule names are plain text nearly always: copied whole.
+    if text.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+        out.extend_from_slice(text.as_bytes());
+    } else {
+        for c in text.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.put_u8(b'\\');
+                    out.put_u8(c as u8);
+                }
+                // Visible ASCII: one byte.
+                ' '..='~' => out.put_u8(c as u8),
+                _ => out.put_u8(b'_'),
             }
-            // Visible ASCII: one byte.
-            ' '..='~' => out.push(c as u8),
-            _ => out.push(b'_'),
         }
     }
-    out.push(b'"');
+    out.put_u8(b'"');
 }
 
 #[cfg(test)]

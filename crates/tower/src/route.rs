@@ -9,6 +9,7 @@
 //! trusted-proxies walk, ungrouped), asked for only when a route names
 //! client networks.
 
+use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::LazyLock;
 
@@ -28,10 +29,17 @@ pub(crate) fn select<'r>(
     let Some(routes) = domain.routes() else {
         return Some(&DEFAULT_ROUTE);
     };
-    let host = request_host(parts);
+    // The host only when a route asks for it: reading it takes a header
+    // lookup and a UTF-8 check, on every request, for routes that mostly
+    // match by path.
+    let host = OnceCell::new();
     let method = parts.method.as_str();
     let path = parts.uri.path();
     routes.iter().find(|r| {
+        let host = match r.matcher.host {
+            Some(_) => *host.get_or_init(|| request_host(parts)),
+            None => None,
+        };
         r.matcher.matches(method, host, path)
             && (!r.matcher.names_client_networks() || r.matcher.client_matches(client()))
     })
