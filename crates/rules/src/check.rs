@@ -268,19 +268,18 @@ impl<'r> Plan<'r> {
         let group_cost = if group_denied { 0 } else { cost };
         // The enforced limits of ordinary (non-quota) rules, checked
         // together; their decisions go back in the same order.
-        let grouped = |p: &&Planned<'r>| {
-            p.counts() && !p.rule.shadow_mode() && !self.is_quota(p.rule)
-        };
+        let grouped =
+            |p: &&Planned<'r>| p.counts() && !p.rule.shadow_mode() && !self.is_quota(p.rule);
         let requests: Vec<LimitKey<'_>> = self
             .descriptors
             .iter()
             .flatten()
             .filter(grouped)
             .flat_map(|p| {
-                p.rule.limits().iter().map(|limit| LimitKey {
-                    limit,
-                    key: &p.key,
-                })
+                p.rule
+                    .limits()
+                    .iter()
+                    .map(|limit| LimitKey { limit, key: &p.key })
             })
             .collect();
         if !requests.is_empty() {

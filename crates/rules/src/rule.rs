@@ -212,7 +212,10 @@ impl Eq for Rule {}
 pub(crate) fn header_names(name: &str, limits: &[Limit]) -> Vec<String> {
     match limits {
         [_] => vec![name.to_owned()],
-        limits => limits.iter().map(|l| format!("{name}:{}", l.rate)).collect(),
+        limits => limits
+            .iter()
+            .map(|l| format!("{name}:{}", l.rate))
+            .collect(),
     }
 }
 

@@ -70,7 +70,11 @@ pub fn add_rate_limit_headers(
         }
         push_sf_string(&mut buf, &a.name);
         push_param(&mut buf, b";r=", a.decision.remaining);
-        push_param(&mut buf, b";t=", duration_to_secs_ceil(a.decision.reset_after));
+        push_param(
+            &mut buf,
+            b";t=",
+            duration_to_secs_ceil(a.decision.reset_after),
+        );
     }
     insert(headers, RATELIMIT, &mut buf);
     if applied.iter().any(|a| a.decision.degraded) {
@@ -129,7 +133,10 @@ fn push_sf_string(out: &mut BytesMut, text: &str) {
     out.reserve(text.len() + 2);
     out.put_u8(b'"');
     // Rule names are plain text nearly always: copied whole.
-    if text.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+    if text
+        .bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
         out.extend_from_slice(text.as_bytes());
     } else {
         for c in text.chars() {
