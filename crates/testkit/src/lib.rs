@@ -204,7 +204,9 @@ impl RedisServer {
     /// and presents the client certificate.
     pub fn command(&self, command: &str) -> Option<String> {
         let request = format!("{command}\r\n");
-        let timeout = Some(Duration::from_secs(2));
+        // Long enough for a server on a machine busy with other jobs; a server
+        // that is down refuses the connection at once instead.
+        let timeout = Some(Duration::from_secs(30));
         let reply = match &self.listener {
             Listener::Tcp => {
                 let stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
@@ -284,6 +286,24 @@ fn exchange(mut stream: impl Read + Write, request: &[u8]) -> Option<Vec<u8>> {
     let n = stream.read(&mut reply).ok()?;
     reply.truncate(n);
     Some(reply)
+}
+
+/// Whether a `CLUSTER NODES` line (`id addr flags master ping pong epoch
+/// link slot…`) is a master's that serves `slot`, alone (`42`) or in a
+/// range (`0-5460`); importing and migrating marks (`[…]`) do not count.
+fn claims_slot(line: &str, slot: u16) -> bool {
+    let mut words = line.split(' ');
+    let is_master = words
+        .nth(2)
+        .is_some_and(|flags| flags.split(',').any(|f| f == "master"));
+    is_master
+        && words.skip(5).any(|range| {
+            let (start, end) = range.split_once('-').unwrap_or((range, range));
+            matches!(
+                (start.parse::<u16>(), end.parse::<u16>()),
+                (Ok(start), Ok(end)) if (start..=end).contains(&slot)
+            )
+        })
 }
 
 impl Drop for RedisServer {
@@ -424,14 +444,18 @@ impl RedisCluster {
         }
     }
 
-    /// The node serving `key`'s slot as a master now (asks any live node).
+    /// The node serving `key`'s slot as a master now: the live node that
+    /// says so of itself. Each node's own line in `CLUSTER NODES` (flag
+    /// `myself`) is current the moment it changes, while its view of the
+    /// other nodes follows by gossip: after a failover, a node asked about
+    /// the others may still name the killed master for a while, however
+    /// the promoted replica already serves the slot.
     pub fn master_of(&self, key: &str) -> usize {
-        let live = self
-            .nodes
-            .iter()
-            .find(|n| n.child.is_some())
-            .expect("a live node");
-        let reply = live
+        let live: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].child.is_some())
+            .collect();
+        let first = *live.first().expect("a live node");
+        let reply = self.nodes[first]
             .command(&format!("CLUSTER KEYSLOT {key}"))
             .expect("CLUSTER KEYSLOT answers");
         let slot: u16 = reply
@@ -439,40 +463,23 @@ impl RedisCluster {
             .trim_start_matches(':')
             .parse()
             .expect("a slot");
-        let reply = live
-            .command("CLUSTER SLOTS")
-            .expect("CLUSTER SLOTS answers");
-        // Inline RESP parse of the masters' ranges: each range is
-        // `*N :start :end *3 $9 127.0.0.1 :port …`; the first port after
-        // a range is its master's.
-        let words: Vec<&str> = reply.split("\r\n").collect();
-        let mut i = 0;
-        while i + 2 < words.len() {
-            if let (Some(start), Some(end)) = (
-                words[i]
-                    .strip_prefix(':')
-                    .and_then(|w| w.parse::<u16>().ok()),
-                words[i + 1]
-                    .strip_prefix(':')
-                    .and_then(|w| w.parse::<u16>().ok()),
-            ) {
-                if (start..=end).contains(&slot) {
-                    let port = words[i + 2..]
-                        .iter()
-                        .find_map(|w| w.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()))
-                        .expect("a master port");
-                    return self
-                        .nodes
-                        .iter()
-                        .position(|n| n.port() == port)
-                        .expect("a node of this cluster");
-                }
-                i += 2;
-            } else {
-                i += 1;
-            }
+        let claims: Vec<usize> = live
+            .into_iter()
+            .filter(|&i| {
+                let nodes = self.nodes[i]
+                    .command("CLUSTER NODES")
+                    .expect("CLUSTER NODES answers");
+                nodes
+                    .lines()
+                    .find(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
+                    .is_some_and(|line| claims_slot(line, slot))
+            })
+            .collect();
+        match claims.as_slice() {
+            [one] => *one,
+            [] => panic!("no live master claims slot {slot}"),
+            many => panic!("several live nodes claim slot {slot}: {many:?}"),
         }
-        panic!("no master serves slot {slot}");
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`
