@@ -2,13 +2,14 @@
 //! applied (for the headers) and whether it is a rejection. The one place
 //! where a decision becomes `200` or `429`.
 
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde::Serialize;
 use tollgate_core::Decision;
 
 use crate::headers::{add_rate_limit_headers, AppliedLimit};
+use crate::wire::DecisionBody;
 
 /// A decision, ready to be answered.
 #[derive(Debug, Clone)]
@@ -25,23 +26,56 @@ pub struct Answer<B> {
     pub headers: bool,
 }
 
-impl<B: Serialize> IntoResponse for Answer<B> {
+/// The body of an [`Answer`], written as JSON.
+pub trait AnswerBody {
+    /// The JSON bytes of the body.
+    fn to_json(&self) -> Result<Vec<u8>, serde_json::Error>;
+}
+
+/// Room for the answer of a check with a few statuses, in one allocation.
+const BODY_CAPACITY: usize = 256;
+
+impl AnswerBody for DecisionBody {
+    fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::with_capacity(BODY_CAPACITY);
+        self.write_json(&mut out);
+        Ok(out)
+    }
+}
+
+/// `content-type`, the two IETF headers, the three `X-RateLimit-*`,
+/// `Retry-After` and `X-RateLimit-Degraded`: the most an answer carries.
+const MOST_HEADERS: usize = 8;
+
+impl<B: AnswerBody> IntoResponse for Answer<B> {
     fn into_response(self) -> Response {
+        let json = match self.body.to_json() {
+            Ok(json) => json,
+            // As axum's `Json` answers a body it cannot serialize.
+            Err(error) => {
+                return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response()
+            }
+        };
         let status = if self.rejected {
             StatusCode::TOO_MANY_REQUESTS
         } else {
             StatusCode::OK
         };
-        let mut response = Json(self.body).into_response();
+        let mut response = Response::new(Body::from(json));
         *response.status_mut() = status;
+        // Sized once for every header the answer may carry, rather than
+        // grown as they are added.
+        let mut headers = HeaderMap::with_capacity(MOST_HEADERS);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if self.headers {
             add_rate_limit_headers(
-                response.headers_mut(),
+                &mut headers,
                 &self.applied,
                 self.top.as_ref(),
                 self.rejected,
             );
         }
+        *response.headers_mut() = headers;
         response
     }
 }

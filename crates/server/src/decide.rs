@@ -17,6 +17,7 @@
 //! into the JSON answer and counts it in the metrics. Reservations keep
 //! their own code here.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use tollgate_core::time::nanos_to_ms_ceil;
@@ -189,7 +190,7 @@ async fn check_inline<S: Store>(
     let decision = decisions.first().copied().unwrap_or_default();
     let shadow = app.settings().shadow;
     let verdict = Verdict::of(&decision, shadow);
-    app.metrics().count("", "inline", None, &decision, verdict);
+    app.metrics().count_inline(&decision, verdict);
     let mut fields = DecisionFields::of(&decision);
     fields.allowed |= shadow;
     Ok(Answer {
@@ -199,10 +200,40 @@ async fn check_inline<S: Store>(
             statuses: None,
             shadow_rejected: verdict == Verdict::ShadowRejected,
         },
-        applied: vec![AppliedLimit::of(limit.to_string(), limit, decision)],
+        applied: vec![AppliedLimit::of(inline_name(limit), limit, decision)],
         top: Some(decision),
         rejected: verdict == Verdict::Rejected,
         headers: app.settings().headers,
+    })
+}
+
+/// The header name of an inline limit: its `Display` form (e.g.
+/// `gcra_1000000_per_s`), formatted once per limit and thread and then
+/// copied. Clients send the same few limits over and over, and formatting
+/// cost more than the rest of the headers.
+pub fn inline_name(limit: &Limit) -> String {
+    /// Names kept per thread: a client's few limits, without a lock.
+    const KEPT: usize = 8;
+    thread_local! {
+        static NAMES: RefCell<(usize, Vec<(Limit, String)>)> =
+            const { RefCell::new((0, Vec::new())) };
+    }
+    NAMES.with(|names| {
+        let Ok(mut names) = names.try_borrow_mut() else {
+            return limit.to_string();
+        };
+        let (next, kept) = &mut *names;
+        if let Some((_, name)) = kept.iter().find(|(l, _)| l == limit) {
+            return name.clone();
+        }
+        let name = limit.to_string();
+        if kept.len() < KEPT {
+            kept.push((*limit, name.clone()));
+        } else {
+            kept[*next] = (*limit, name.clone());
+            *next = (*next + 1) % KEPT;
+        }
+        name
     })
 }
 
@@ -379,4 +410,24 @@ async fn reserve_limits<S: Store>(
         rejected: !booking.booked,
         headers: app.settings().headers,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_core::Rate;
+
+    use super::*;
+
+    #[test]
+    fn inline_names_are_the_limits_display_form_however_many_limits_come() {
+        for round in 0..3 {
+            for n in 1..=20u64 {
+                let mut limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(n).unwrap());
+                if n % 2 == 0 {
+                    limit.burst = Some(n + round);
+                }
+                assert_eq!(inline_name(&limit), limit.to_string());
+            }
+        }
+    }
 }

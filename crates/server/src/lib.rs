@@ -25,6 +25,7 @@
 //! - `answer`, `error`: the one place decisions and errors become HTTP.
 //! - `headers`: the rate-limit headers of SPEC §7 (from `tollgate-tower`).
 //! - `metrics`: the Prometheus registry.
+//! - `latency`: the decision routes' latency histogram, lock-free.
 //! - `reload`: a rules reload put in force.
 //! - `routes`: one module per group of routes.
 //! - `admin`: [`admin_router`], `/healthz`, `/readyz` and `/metrics` on a
@@ -42,6 +43,7 @@ pub mod error;
 mod extract;
 pub mod grpc;
 pub mod guarded;
+mod latency;
 pub mod metrics;
 mod numbers;
 mod observer;

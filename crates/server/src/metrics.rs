@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use hashbrown::{Equivalent, HashMap};
@@ -25,9 +26,10 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tollgate_core::{BanRefusal, Decision};
+
+use crate::latency::LatencyHistogram;
 
 /// The most distinct `rule` labels carrying request values, all rules
 /// together.
@@ -124,7 +126,7 @@ impl Verdict {
     }
 }
 
-type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+type HistogramFamily = Family<RouteLabels, LatencyHistogram, fn() -> LatencyHistogram>;
 
 /// The service's metrics registry and handles.
 pub struct Metrics {
@@ -151,8 +153,11 @@ pub struct Metrics {
     /// Handles onto each (domain, rule)'s counters, so counting a decision
     /// neither allocates labels nor hashes them into five families.
     by_rule: RwLock<HashMap<RuleKey, RuleCounters, RandomState>>,
+    /// The counters of inline limits (`rule="inline"`), made on the first
+    /// inline decision, so counting one is a few atomic increments.
+    inline: OnceLock<RuleCounters>,
     /// Handles onto the latency histograms of the decision routes.
-    routes: Vec<(&'static str, Histogram)>,
+    routes: Vec<(&'static str, LatencyHistogram)>,
 }
 
 /// The routes whose latency histogram handles are made up front.
@@ -234,9 +239,9 @@ impl Equivalent<RuleKey> for RuleKeyRef<'_> {
     }
 }
 
-fn latency_histogram() -> Histogram {
+fn latency_histogram() -> LatencyHistogram {
     // 5 µs to about 40 ms.
-    Histogram::new(exponential_buckets(5e-6, 2.0, 14))
+    LatencyHistogram::new()
 }
 
 impl Default for Metrics {
@@ -258,7 +263,7 @@ impl Metrics {
             near_limit: Family::default(),
             bans: Family::default(),
             ban_refusals: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> LatencyHistogram),
             reloads: Family::default(),
             snapshots: Family::default(),
             snapshot_loads: Family::default(),
@@ -271,6 +276,7 @@ impl Metrics {
             detailed: Mutex::new(ValueLabels::default()),
             values_per_rule: DEFAULT_VALUES_PER_RULE,
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
+            inline: OnceLock::new(),
             routes: Vec::new(),
         };
         registry.register(
@@ -411,11 +417,33 @@ impl Metrics {
             counters.count(decision, verdict);
             return;
         }
+        let counters = self.rule_counters(domain, &label);
+        counters.count(decision, verdict);
+        self.by_rule.write().insert(
+            RuleKey {
+                domain: domain.to_owned(),
+                rule: label.into_owned(),
+            },
+            counters,
+        );
+    }
+
+    /// Counts an inline limit's decision (`domain=""`, `rule="inline"`), as
+    /// [`count`](Metrics::count) would, without looking the rule up.
+    pub fn count_inline(&self, decision: &Decision, verdict: Verdict) {
+        self.inline
+            .get_or_init(|| self.rule_counters("", "inline"))
+            .count(decision, verdict);
+    }
+
+    /// Handles onto the counters of (`domain`, `rule`), made at zero when
+    /// new.
+    fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
         let labels = RuleLabels {
             domain: domain.to_owned(),
-            rule: label.clone().into_owned(),
+            rule: rule.to_owned(),
         };
-        let counters = RuleCounters {
+        RuleCounters {
             total: self.total.get_or_create(&labels).clone(),
             allowed: self.allowed.get_or_create(&labels).clone(),
             rejected: self.rejected.get_or_create(&labels).clone(),
@@ -423,15 +451,7 @@ impl Metrics {
             near_limit: self.near_limit.get_or_create(&labels).clone(),
             bans: self.bans.get_or_create(&labels).clone(),
             ban_refusals: self.ban_refusals.get_or_create(&labels).clone(),
-        };
-        counters.count(decision, verdict);
-        self.by_rule.write().insert(
-            RuleKey {
-                domain: labels.domain,
-                rule: labels.rule,
-            },
-            counters,
-        );
+        }
     }
 
     /// At most `per_rule` distinct labels carrying request values per rule
@@ -463,13 +483,12 @@ impl Metrics {
 
     /// Records how long a decision on `route` took.
     pub fn observe_latency(&self, route: &'static str, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
         match self.routes.iter().find(|(name, _)| *name == route) {
-            Some((_, histogram)) => histogram.observe(seconds),
+            Some((_, histogram)) => histogram.observe(elapsed),
             None => self
                 .latency
                 .get_or_create(&RouteLabels { route })
-                .observe(seconds),
+                .observe(elapsed),
         }
     }
 

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tollgate_core::Store;
 use tollgate_rules::RateLimitUnit;
 
-use crate::answer::Answer;
+use crate::answer::{Answer, AnswerBody};
 use crate::app::App;
 use crate::envoy::{self, Code, DescriptorStatus, EnvoyDescriptor, EnvoyRequest};
 use crate::error::ApiError;
@@ -206,6 +206,12 @@ fn duration_json(d: std::time::Duration) -> String {
         format!("{secs}.{:06}s", nanos / 1_000)
     } else {
         format!("{secs}.{nanos:09}s")
+    }
+}
+
+impl AnswerBody for JsonResponse {
+    fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
     }
 }
 
