@@ -2,7 +2,9 @@
 //! applied (for the headers) and whether it is a rejection. The one place
 //! where a decision becomes `200` or `429`.
 
-use axum::body::Body;
+use std::cell::RefCell;
+
+use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,17 +31,33 @@ pub struct Answer<B> {
 /// The body of an [`Answer`], written as JSON.
 pub trait AnswerBody {
     /// The JSON bytes of the body.
-    fn to_json(&self) -> Result<Vec<u8>, serde_json::Error>;
+    fn to_json(&self) -> Result<Bytes, serde_json::Error>;
 }
 
-/// Room for the answer of a check with a few statuses, in one allocation.
-const BODY_CAPACITY: usize = 256;
+/// A buffer kept past this after an answer is given back to the allocator.
+const KEPT_BUFFER: usize = 64 * 1024;
 
 impl AnswerBody for DecisionBody {
-    fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        let mut out = Vec::with_capacity(BODY_CAPACITY);
-        self.write_json(&mut out);
-        Ok(out)
+    fn to_json(&self) -> Result<Bytes, serde_json::Error> {
+        thread_local! {
+            // Each worker thread writes its answers here and copies each
+            // out at its exact size: one allocation per answer.
+            static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        Ok(BUFFER.with(|buffer| {
+            let Ok(mut buffer) = buffer.try_borrow_mut() else {
+                let mut out = Vec::new();
+                self.write_json(&mut out);
+                return Bytes::from(out);
+            };
+            buffer.clear();
+            self.write_json(&mut buffer);
+            let bytes = Bytes::copy_from_slice(&buffer);
+            if buffer.capacity() > KEPT_BUFFER {
+                *buffer = Vec::new();
+            }
+            bytes
+        }))
     }
 }
 

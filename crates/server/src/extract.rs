@@ -6,6 +6,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use tollgate_core::Store;
 use tollgate_listener::BodyTimeout;
 
@@ -38,8 +39,9 @@ pub(crate) async fn read_body(body: Body, limit: usize) -> Result<axum::body::By
         })
 }
 
-/// Decodes JSON, naming what is wrong and where.
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+/// Decodes JSON, naming what is wrong and where; strings may borrow from
+/// `bytes`.
+pub(crate) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request("malformed_json", format!("request body: {e}")))
 }

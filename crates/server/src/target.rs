@@ -108,6 +108,7 @@ pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
     };
     let rate: Rate = spec
         .rate
+        .as_ref()
         .parse()
         .map_err(|e| ApiError::bad_request("invalid_rate", format!("{e}")))?;
     let mut limit = Limit::new(algorithm, rate);
@@ -172,7 +173,7 @@ fn descriptors_of(
                             ),
                         ));
                     }
-                    Ok((e.key.clone(), e.value.clone()))
+                    Ok((e.key.clone().into_owned(), e.value.clone().into_owned()))
                 })
                 .collect()
         })
@@ -236,7 +237,7 @@ mod tests {
         assert_eq!(moment(&untrusted, Some(5)).ok(), Some(Moment::Now));
     }
 
-    fn inline(key: &str, rate: &str) -> DecisionRequest {
+    fn inline<'a>(key: &'a str, rate: &'a str) -> DecisionRequest<'a> {
         DecisionRequest {
             key: Some(key.into()),
             limit: Some(LimitSpec {

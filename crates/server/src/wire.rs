@@ -1,6 +1,10 @@
 //! The JSON bodies of the HTTP API (SPEC §5): what requests may contain and
 //! what answers look like. Decoding is strict (`deny_unknown_fields`), and
 //! nothing here interprets a value beyond its JSON type; `decide` validates.
+//! The strings of a decision request borrow from the request body (unless
+//! they hold escapes), so decoding one allocates nothing for them.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use tollgate_core::time::nanos_to_ms_ceil;
@@ -9,40 +13,43 @@ use tollgate_core::Decision;
 /// An inline limit: `{"algorithm": "token_bucket", "rate": "10/s", "burst": 20}`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct LimitSpec {
+pub struct LimitSpec<'a> {
     /// One of the eight algorithm names; `token_bucket` when absent.
-    #[serde(default)]
-    pub algorithm: Option<String>,
+    #[serde(default, borrow)]
+    pub algorithm: Option<Cow<'a, str>>,
     /// Limit notation, e.g. `10/s`, `5/15min`, `100 per minute`.
-    pub rate: String,
+    #[serde(borrow)]
+    pub rate: Cow<'a, str>,
     /// Bucket capacity (token bucket, GCRA, leaky bucket).
     #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub burst: Option<u64>,
     /// Step of a stepped window, e.g. `1s`.
-    #[serde(default)]
-    pub step: Option<String>,
+    #[serde(default, borrow)]
+    pub step: Option<Cow<'a, str>>,
     /// Lease lifetime of a concurrency limit, e.g. `30s`.
-    #[serde(default)]
-    pub lease_ttl: Option<String>,
+    #[serde(default, borrow)]
+    pub lease_ttl: Option<Cow<'a, str>>,
 }
 
 /// One descriptor entry: `{"key": "user", "value": "42"}`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct EntrySpec {
+pub struct EntrySpec<'a> {
     /// The descriptor key.
-    pub key: String,
+    #[serde(borrow)]
+    pub key: Cow<'a, str>,
     /// The value; empty when absent.
-    #[serde(default)]
-    pub value: String,
+    #[serde(default, borrow)]
+    pub value: Cow<'a, str>,
 }
 
 /// One request descriptor: its entries, in order.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct DescriptorSpec {
+pub struct DescriptorSpec<'a> {
     /// The entries, outermost first.
-    pub entries: Vec<EntrySpec>,
+    #[serde(borrow)]
+    pub entries: Vec<EntrySpec<'a>>,
 }
 
 /// The body of `/v1/check`, `/v1/reserve` and `/v1/release`. Either `key`
@@ -50,19 +57,19 @@ pub struct DescriptorSpec {
 /// route refuses the fields that are not its own.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields)]
-pub struct DecisionRequest {
+pub struct DecisionRequest<'a> {
     /// Inline: the key to count under.
-    #[serde(default)]
-    pub key: Option<String>,
+    #[serde(default, borrow)]
+    pub key: Option<Cow<'a, str>>,
     /// Inline: the limit.
-    #[serde(default)]
-    pub limit: Option<LimitSpec>,
+    #[serde(default, borrow)]
+    pub limit: Option<LimitSpec<'a>>,
     /// Rules-based: the rules domain.
-    #[serde(default)]
-    pub domain: Option<String>,
+    #[serde(default, borrow)]
+    pub domain: Option<Cow<'a, str>>,
     /// Rules-based: the descriptors, each checked against the domain's rules.
-    #[serde(default)]
-    pub descriptors: Option<Vec<DescriptorSpec>>,
+    #[serde(default, borrow)]
+    pub descriptors: Option<Vec<DescriptorSpec<'a>>>,
     /// The request's weight; 1 when absent, 0 peeks.
     #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub cost: Option<u64>,
@@ -332,6 +339,9 @@ mod tests {
             request.limit.as_ref().and_then(|l| l.algorithm.clone()),
             None
         );
+        let escaped: DecisionRequest =
+            serde_json::from_str(r#"{"key": "a\"b", "domain": "d"}"#).unwrap();
+        assert_eq!(escaped.key.as_deref(), Some("a\"b"));
         assert_eq!(
             (
                 request.cost,

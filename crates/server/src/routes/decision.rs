@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::Json;
 use tollgate_core::Store;
@@ -10,15 +11,17 @@ use crate::answer::Answer;
 use crate::app::App;
 use crate::decide;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{decode, read_body};
 use crate::target::{cost, moment, Target};
 use crate::wire::{DecisionBody, DecisionRequest, ReleasedBody};
 
 /// `POST /v1/check`.
 pub(crate) async fn check<S: Store>(
     State(app): State<App<S>>,
-    JsonBody(request): JsonBody<DecisionRequest>,
+    body: Body,
 ) -> Result<Answer<DecisionBody>, ApiError> {
+    let bytes = read_body(body, app.settings().max_body_bytes).await?;
+    let request: DecisionRequest<'_> = decode(&bytes)?;
     let started = Instant::now();
     refuse_field("max_wait_ms", request.max_wait_ms.is_some(), "/v1/reserve")?;
     refuse_field("lease", request.lease.is_some(), "/v1/release")?;
@@ -32,8 +35,10 @@ pub(crate) async fn check<S: Store>(
 /// `POST /v1/reserve`.
 pub(crate) async fn reserve<S: Store>(
     State(app): State<App<S>>,
-    JsonBody(request): JsonBody<DecisionRequest>,
+    body: Body,
 ) -> Result<Answer<DecisionBody>, ApiError> {
+    let bytes = read_body(body, app.settings().max_body_bytes).await?;
+    let request: DecisionRequest<'_> = decode(&bytes)?;
     let started = Instant::now();
     refuse_field("lease", request.lease.is_some(), "/v1/release")?;
     let target = Target::of(&request, app.settings())?;
@@ -47,8 +52,10 @@ pub(crate) async fn reserve<S: Store>(
 /// `POST /v1/release`.
 pub(crate) async fn release<S: Store>(
     State(app): State<App<S>>,
-    JsonBody(request): JsonBody<DecisionRequest>,
+    body: Body,
 ) -> Result<Json<ReleasedBody>, ApiError> {
+    let bytes = read_body(body, app.settings().max_body_bytes).await?;
+    let request: DecisionRequest<'_> = decode(&bytes)?;
     for (field, given) in [
         ("cost", request.cost.is_some()),
         ("at_ms", request.at_ms.is_some()),

@@ -210,8 +210,8 @@ fn duration_json(d: std::time::Duration) -> String {
 }
 
 impl AnswerBody for JsonResponse {
-    fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(self)
+    fn to_json(&self) -> Result<axum::body::Bytes, serde_json::Error> {
+        serde_json::to_vec(self).map(Into::into)
     }
 }
 
