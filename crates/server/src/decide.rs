@@ -423,7 +423,7 @@ mod tests {
         for round in 0..3 {
             for n in 1..=20u64 {
                 let mut limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(n).unwrap());
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     limit.burst = Some(n + round);
                 }
                 assert_eq!(inline_name(&limit), limit.to_string());

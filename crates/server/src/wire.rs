@@ -364,14 +364,14 @@ mod tests {
 
     fn fields(n: u64) -> DecisionFields {
         DecisionFields {
-            allowed: n % 2 == 0,
-            limit: (n % 3 != 0).then_some(n * 1000),
-            remaining: (n % 5 != 0).then_some(u64::MAX - n),
+            allowed: n.is_multiple_of(2),
+            limit: (!n.is_multiple_of(3)).then_some(n * 1000),
+            remaining: (!n.is_multiple_of(5)).then_some(u64::MAX - n),
             retry_after_ms: n,
             reset_after_ms: n * 7,
             delay_ms: n % 4,
             lease: (n % 3 == 1).then_some(n << 40),
-            degraded: n % 7 == 0,
+            degraded: n.is_multiple_of(7),
         }
     }
 
@@ -384,7 +384,7 @@ mod tests {
             Some("ctl \u{1}\n\t é ✓".to_owned()),
         ];
         for n in 0..64u64 {
-            let statuses = (n % 3 != 0).then(|| {
+            let statuses = (!n.is_multiple_of(3)).then(|| {
                 (0..n % 4)
                     .map(|i| StatusBody {
                         name: names[((n + i) % 4) as usize].clone(),
