@@ -96,6 +96,7 @@
 //! - `table`: a limit's sharded table behind an object-safe trait.
 //! - `limiter`: [`Limiter`], single-key operations.
 //! - `registry`: limits to tables.
+//! - `recent`: each thread's last few limiters, found without the registry.
 //! - `multi`: `check_all` and `reserve_all`.
 //! - `store`: [`MemoryStore`].
 //! - `snapshot`: the store as bytes and back ([`MemoryStore::snapshot`]).
@@ -111,6 +112,7 @@ mod keyed;
 mod limiter;
 mod local;
 mod multi;
+mod recent;
 mod registry;
 mod shard;
 mod snapshot;

@@ -86,6 +86,11 @@ impl Limiter {
         Limiter { limit, table }
     }
 
+    /// The limiter of `limit` over `table` (a table of that limit).
+    pub(crate) fn from_parts(limit: Limit, table: Arc<dyn ErasedTable>) -> Limiter {
+        Limiter { limit, table }
+    }
+
     /// The limit this limiter enforces.
     pub fn limit(&self) -> &Limit {
         &self.limit

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError};
 
@@ -89,7 +91,9 @@ impl LocalStore {
         }
     }
 
-    fn limiters(&self, requests: &[LimitKey<'_>]) -> Result<Vec<Limiter>, StoreError> {
+    /// Each request's limiter; a request names a few limits at most, kept
+    /// on the stack.
+    fn limiters(&self, requests: &[LimitKey<'_>]) -> Result<SmallVec<[Limiter; 4]>, StoreError> {
         requests
             .iter()
             .map(|r| self.store.limiter(r.limit).map_err(StoreError::from))
@@ -108,7 +112,7 @@ impl LocalStore {
             return Ok(vec![decision]);
         }
         let limiters = self.limiters(requests)?;
-        let pairs: Vec<(&Limiter, &[u8])> = limiters
+        let pairs: SmallVec<[(&Limiter, &[u8]); 4]> = limiters
             .iter()
             .zip(requests)
             .map(|(l, r)| (l, r.key))
@@ -125,7 +129,7 @@ impl LocalStore {
     ) -> Result<MultiReservation, StoreError> {
         let now = self.instant(at);
         let limiters = self.limiters(requests)?;
-        let pairs: Vec<(&Limiter, &[u8])> = limiters
+        let pairs: SmallVec<[(&Limiter, &[u8]); 4]> = limiters
             .iter()
             .zip(requests)
             .map(|(l, r)| (l, r.key))

@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tollgate_core::algorithm::Slot;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{Decision, LimitError};
@@ -32,6 +33,13 @@ use crate::table::LockedShard;
 const MAX_ROUNDS: usize = 64;
 
 pub use tollgate_core::MultiReservation;
+
+/// Room on the stack for the cells of an operation: a request names a few
+/// limits, so the usual one allocates nothing for its bookkeeping.
+const INLINE_CELLS: usize = 4;
+
+/// Cells, or anything kept per cell or per request.
+type PerCell<T> = SmallVec<[T; INLINE_CELLS]>;
 
 /// One (table, key) of a multi-limit operation.
 struct Cell<'r> {
@@ -48,9 +56,9 @@ struct Cell<'r> {
 fn plan<'r>(
     requests: &[(&'r Limiter, &[u8])],
     cost: u64,
-) -> Result<(Vec<Cell<'r>>, Vec<usize>), LimitError> {
-    let mut cells: Vec<Cell<'r>> = Vec::with_capacity(requests.len());
-    let mut of_request = Vec::with_capacity(requests.len());
+) -> Result<(PerCell<Cell<'r>>, PerCell<usize>), LimitError> {
+    let mut cells: PerCell<Cell<'r>> = SmallVec::with_capacity(requests.len());
+    let mut of_request: PerCell<usize> = SmallVec::with_capacity(requests.len());
     for &(limiter, key) in requests {
         let table = limiter.table();
         let (table_id, fp) = (limiter.table_id(), table.fingerprint(key));
@@ -84,10 +92,10 @@ fn plan<'r>(
 
 /// Locks every cell's shard once, in (table address, shard) order, and
 /// points each cell at its guard.
-fn lock_all<'r>(cells: &mut [Cell<'r>]) -> Vec<Box<dyn LockedShard + 'r>> {
-    let mut order: Vec<usize> = (0..cells.len()).collect();
+fn lock_all<'r>(cells: &mut [Cell<'r>]) -> PerCell<Box<dyn LockedShard + 'r>> {
+    let mut order: PerCell<usize> = (0..cells.len()).collect();
     order.sort_unstable_by_key(|&i| (cells[i].table_id, cells[i].shard));
-    let mut guards: Vec<Box<dyn LockedShard + 'r>> = Vec::with_capacity(cells.len());
+    let mut guards: PerCell<Box<dyn LockedShard + 'r>> = SmallVec::with_capacity(cells.len());
     let mut last = None;
     for i in order {
         let cell = &mut cells[i];
@@ -113,7 +121,7 @@ pub(crate) fn check_all(
     let mut decisions = cells
         .iter()
         .map(|c| guards[c.lock].evaluate(c.fp, now, c.cost))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<PerCell<_>, _>>()?;
     if cost > 0 && decisions.iter().all(|d| d.allowed) {
         for (c, decision) in cells.iter().zip(&mut decisions) {
             decision.lease = guards[c.lock].commit(c.fp, now, c.cost);
@@ -153,7 +161,7 @@ pub(crate) fn reserve_all(
     let (at, converged) = common_instant(&cells, &guards, now);
     // Every limit is booked as of `at`, when the call will be made; a shaping
     // queue may add its own delay beyond it.
-    let slots: Vec<Option<Slot>> = cells
+    let slots: PerCell<Option<Slot>> = cells
         .iter()
         .map(|c| guards[c.lock].slot(c.fp, at, c.cost))
         .collect();
@@ -182,7 +190,7 @@ fn outcome(
     refused: Option<u64>,
 ) -> MultiReservation {
     let retry_after = Duration::from_nanos(refused.unwrap_or(0));
-    let decisions: Vec<Decision> = cells
+    let decisions: PerCell<Decision> = cells
         .iter()
         .map(|c| {
             let mut decision = guards[c.lock].peek(c.fp, now);

@@ -16,6 +16,7 @@ use crate::config::MemoryConfig;
 use crate::fingerprint::Seed;
 use crate::limiter::Limiter;
 use crate::multi::{self, MultiReservation};
+use crate::recent;
 use crate::registry::Registry;
 
 /// The in-memory keyed store: a table per distinct [`Limit`], all sharing one
@@ -43,6 +44,8 @@ pub struct MemoryStore {
 }
 
 struct Inner {
+    /// Names this store in each thread's cache of recent limiters.
+    id: u64,
     config: MemoryConfig,
     seed: Seed,
     budget: Arc<Budget>,
@@ -63,6 +66,7 @@ impl MemoryStore {
         let config = config.normalised();
         MemoryStore {
             inner: Arc::new(Inner {
+                id: recent::next_store_id(),
                 config,
                 seed,
                 budget: Arc::new(Budget::new(config.max_bytes)),
@@ -87,6 +91,18 @@ impl MemoryStore {
     ///
     /// Errors when the limit's options are invalid.
     pub fn limiter(&self, limit: &Limit) -> Result<Limiter, LimitError> {
+        // Servers ask for the same few limits on every request: this
+        // thread's recent ones are found without the lock and the hash.
+        if let Some(limiter) = recent::find(self.inner.id, limit) {
+            return Ok(limiter);
+        }
+        let limiter = self.registered(limit)?;
+        recent::keep(self.inner.id, &limiter);
+        Ok(limiter)
+    }
+
+    /// The registry's limiter for `limit`, made on first use.
+    fn registered(&self, limit: &Limit) -> Result<Limiter, LimitError> {
         if let Some(limiter) = self.inner.registry.read().get(limit) {
             return Ok(limiter.clone());
         }
