@@ -154,10 +154,7 @@ fn degraded(body: &Value) -> bool {
 /// readiness, restarts Redis and waits for decisions to come from it again.
 fn outage(policy: &str, while_down: impl Fn(&Server, &Value)) {
     let mut redis = RedisServer::start();
-    let server = serve_on(
-        &redis,
-        &["--on-store-error", policy, "--store-timeout-ms", "200"],
-    );
+    let server = serve_on(&redis, &["--on-store-error", policy]);
     let limit = json!({"algorithm": "gcra", "rate": "3/hour"});
     assert_eq!(check(&server, "k", &limit).0, 200);
     redis.kill();
@@ -237,18 +234,8 @@ fn grpc_follows_the_store_error_policy() {
         "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 3\n",
     );
     let path = path.to_str().unwrap();
-    let closed = serve_on(&redis, &["--rules", path, "--store-timeout-ms", "200"]);
-    let open = serve_on(
-        &redis,
-        &[
-            "--rules",
-            path,
-            "--store-timeout-ms",
-            "200",
-            "--on-store-error",
-            "fail_open",
-        ],
-    );
+    let closed = serve_on(&redis, &["--rules", path]);
+    let open = serve_on(&redis, &["--rules", path, "--on-store-error", "fail_open"]);
     let request = || RateLimitRequest {
         domain: "api".into(),
         descriptors: vec![RateLimitDescriptor {
@@ -338,12 +325,7 @@ fn redis_killed_under_load_every_policy_answers_in_time_and_recovers() {
     let policies = ["fail_closed", "fail_open", "local"];
     let servers: Vec<Server> = policies
         .iter()
-        .map(|policy| {
-            serve_on(
-                &redis,
-                &["--on-store-error", policy, "--store-timeout-ms", "200"],
-            )
-        })
+        .map(|policy| serve_on(&redis, &["--on-store-error", policy]))
         .collect();
     // High enough that Redis never rejects: a rejection would be cached
     // locally and answered without Redis, hiding the outage.

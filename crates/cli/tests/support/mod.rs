@@ -47,6 +47,12 @@ impl Server {
             .arg("serve")
             .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(args)
+            // A shared store's calls wait up to 5 s here, not the default
+            // 250 ms: on a busy machine a call can take longer than that,
+            // and a timeout turns an answer from Redis into the failure
+            // policy's. A killed Redis refuses at once, so no outage test
+            // waits for this; a test or its flags may still set another.
+            .env("TOLLGATE_STORE_TIMEOUT_MS", "5000")
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
