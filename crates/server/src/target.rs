@@ -3,6 +3,7 @@
 //! decision time. Everything a client can get wrong is refused here, before
 //! any store is asked.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use tollgate_core::rate::parse_duration;
@@ -106,11 +107,7 @@ pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
         Some(name) => name.parse::<AlgorithmName>()?,
         None => AlgorithmName::TokenBucket,
     };
-    let rate: Rate = spec
-        .rate
-        .as_ref()
-        .parse()
-        .map_err(|e| ApiError::bad_request("invalid_rate", format!("{e}")))?;
+    let rate = rate_of(&spec.rate)?;
     let mut limit = Limit::new(algorithm, rate);
     limit.burst = spec.burst;
     limit.step = spec
@@ -124,6 +121,58 @@ pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
         .map(|s| duration("lease_ttl", s))
         .transpose()?;
     Ok(limit)
+}
+
+/// The rate `text` writes, parsed once per text and worker thread: clients
+/// send the same few rates on every request, and parsing one cost more than
+/// the rest of the limit. Only rates that parse are kept, so a bad one is
+/// refused as it always was.
+fn rate_of(text: &str) -> Result<Rate, ApiError> {
+    /// Rates kept per thread.
+    const KEPT: usize = 4;
+    /// Longer texts are parsed each time rather than kept.
+    const KEPT_TEXT: usize = 32;
+    /// The texts and their rates, replaced in turn once full.
+    struct Kept {
+        next: usize,
+        rates: Vec<(Box<str>, Rate)>,
+    }
+    thread_local! {
+        static RATES: RefCell<Kept> = const {
+            RefCell::new(Kept {
+                next: 0,
+                rates: Vec::new(),
+            })
+        };
+    }
+    let kept = RATES.with(|kept| {
+        let kept = kept.try_borrow().ok()?;
+        kept.rates
+            .iter()
+            .find(|(t, _)| **t == *text)
+            .map(|&(_, r)| r)
+    });
+    if let Some(rate) = kept {
+        return Ok(rate);
+    }
+    let rate: Rate = text
+        .parse()
+        .map_err(|e| ApiError::bad_request("invalid_rate", format!("{e}")))?;
+    if text.len() <= KEPT_TEXT {
+        RATES.with(|kept| {
+            let Ok(mut kept) = kept.try_borrow_mut() else {
+                return;
+            };
+            if kept.rates.len() < KEPT {
+                kept.rates.push((text.into(), rate));
+            } else {
+                let next = kept.next;
+                kept.rates[next] = (text.into(), rate);
+                kept.next = (next + 1) % KEPT;
+            }
+        });
+    }
+    Ok(rate)
 }
 
 /// A duration field such as `"1s"`.
@@ -220,6 +269,26 @@ fn invalid(message: impl Into<String>) -> ApiError {
 mod tests {
     use super::*;
     use crate::wire::EntrySpec;
+
+    #[test]
+    fn kept_rates_are_the_parsed_ones_and_bad_rates_stay_refused() {
+        let texts: Vec<String> = (1..=12u64)
+            .map(|n| format!("{n}/s"))
+            .chain(["5 per minute".into(), format!("{}/s", "9".repeat(40))])
+            .collect();
+        for _round in 0..3 {
+            for text in &texts {
+                let parsed = text.parse::<Rate>().map_err(|e| e.to_string());
+                let kept = rate_of(text).map_err(|e| e.message);
+                assert_eq!(kept.is_ok(), parsed.is_ok(), "{text}");
+                if let (Ok(kept), Ok(parsed)) = (&kept, parsed) {
+                    assert_eq!(*kept, parsed, "{text}");
+                }
+            }
+            assert!(rate_of("1/fortnight").is_err());
+            assert!(rate_of("0/s").is_err());
+        }
+    }
 
     #[test]
     fn at_ms_past_2_62_ns_is_bad_input_whether_or_not_client_time_is_trusted() {

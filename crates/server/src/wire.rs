@@ -5,17 +5,63 @@
 //! they hold escapes), so decoding one allocates nothing for them.
 
 use std::borrow::Cow;
+use std::fmt;
 
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::Decision;
+
+/// An optional string, borrowed from the body unless it holds escapes.
+/// serde borrows a `Cow<str>` field marked `borrow` but copies the one in
+/// an `Option` into a `String` of its own: an allocation per field per
+/// request, for the key and the algorithm of every inline check.
+fn optional_text<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Text;
+
+    impl<'de> Visitor<'de> for Text {
+        type Value = Option<Cow<'de, str>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, inner: D) -> Result<Self::Value, D::Error> {
+            inner.deserialize_str(Text)
+        }
+
+        fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(text)))
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text.to_owned())))
+        }
+
+        fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(text)))
+        }
+    }
+
+    deserializer.deserialize_option(Text)
+}
 
 /// An inline limit: `{"algorithm": "token_bucket", "rate": "10/s", "burst": 20}`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSpec<'a> {
     /// One of the eight algorithm names; `token_bucket` when absent.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "optional_text")]
     pub algorithm: Option<Cow<'a, str>>,
     /// Limit notation, e.g. `10/s`, `5/15min`, `100 per minute`.
     #[serde(borrow)]
@@ -24,10 +70,10 @@ pub struct LimitSpec<'a> {
     #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub burst: Option<u64>,
     /// Step of a stepped window, e.g. `1s`.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "optional_text")]
     pub step: Option<Cow<'a, str>>,
     /// Lease lifetime of a concurrency limit, e.g. `30s`.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "optional_text")]
     pub lease_ttl: Option<Cow<'a, str>>,
 }
 
@@ -59,13 +105,13 @@ pub struct DescriptorSpec<'a> {
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest<'a> {
     /// Inline: the key to count under.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "optional_text")]
     pub key: Option<Cow<'a, str>>,
     /// Inline: the limit.
     #[serde(default, borrow)]
     pub limit: Option<LimitSpec<'a>>,
     /// Rules-based: the rules domain.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "optional_text")]
     pub domain: Option<Cow<'a, str>>,
     /// Rules-based: the descriptors, each checked against the domain's rules.
     #[serde(default, borrow)]
@@ -328,6 +374,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn optional_strings_borrow_from_the_body_unless_escaped() {
+        let body = r#"{"key": "k", "limit": {"algorithm": "gcra", "rate": "1/s",
+                       "step": "1s", "lease_ttl": "2\u0073"}}"#;
+        let request: DecisionRequest = serde_json::from_str(body).unwrap();
+        assert!(matches!(request.key, Some(Cow::Borrowed("k"))));
+        let limit = request.limit.unwrap();
+        assert!(matches!(limit.algorithm, Some(Cow::Borrowed("gcra"))));
+        assert!(matches!(limit.step, Some(Cow::Borrowed("1s"))));
+        assert_eq!(limit.lease_ttl.as_deref(), Some("2s"));
+        let wrong = serde_json::from_str::<DecisionRequest>(r#"{"key": 5}"#).unwrap_err();
+        assert!(wrong.to_string().contains("expected a string"), "{wrong}");
+    }
+
+    #[test]
     fn integers_may_be_written_with_a_fraction_and_optional_fields_as_null() {
         let request: DecisionRequest = serde_json::from_str(
             r#"{"key": "k", "limit": {"rate": "1/s", "burst": 5.0, "algorithm": null, "step": null},
@@ -342,6 +402,8 @@ mod tests {
         let escaped: DecisionRequest =
             serde_json::from_str(r#"{"key": "a\"b", "domain": "d"}"#).unwrap();
         assert_eq!(escaped.key.as_deref(), Some("a\"b"));
+        assert!(matches!(escaped.key, Some(Cow::Owned(_))));
+        assert!(matches!(escaped.domain, Some(Cow::Borrowed("d"))));
         assert_eq!(
             (
                 request.cost,
