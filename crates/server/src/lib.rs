@@ -26,6 +26,8 @@
 //! - `headers`: the rate-limit headers of SPEC §7 (from `tollgate-tower`).
 //! - `metrics`: the Prometheus registry.
 //! - `latency`: the decision routes' latency histogram, lock-free.
+//! - `top`: the keys counted most over the last minutes, in constant
+//!   memory (a rule's top offenders).
 //! - `reload`: a rules reload put in force.
 //! - `routes`: one module per group of routes.
 //! - `admin`: [`admin_router`], `/healthz`, `/readyz` and `/metrics` on a
@@ -53,6 +55,7 @@ mod routes;
 mod serve;
 pub mod settings;
 pub mod target;
+pub mod top;
 pub mod wire;
 
 pub use admin::admin_router;
