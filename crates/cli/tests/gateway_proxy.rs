@@ -10,6 +10,8 @@ mod gateway;
 #[path = "support/upstream.rs"]
 mod upstream;
 
+use std::time::{Duration, Instant};
+
 use futures_util::{SinkExt, StreamExt};
 use http::{Request, StatusCode, Version};
 use http_body_util::BodyExt;
@@ -296,6 +298,38 @@ async fn an_upstream_slower_than_the_timeout_is_a_504_and_the_gateway_goes_on() 
     );
     let response = client().request(get(&gw.url("/echo"))).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_of_a_connection_gets_the_whole_upstream_timeout() {
+    // A connection's requests share one timer, set again for each: a
+    // timer left running, or fired, by an earlier request must neither
+    // cut a later one short nor time out one that is answered.
+    let upstream = Upstream::start().await;
+    let timeout = Duration::from_millis(300);
+    let gw = Gateway::start(&["--upstream", &upstream.url(), "--upstream-timeout", "300ms"]);
+    let mut connection = http1_connection(&gw.address).await;
+    for round in 0..2 {
+        for path in ["/echo", "/slow", "/echo"] {
+            connection
+                .ready()
+                .await
+                .expect("the gateway kept the connection open");
+            let started = Instant::now();
+            let response = connection.send_request(get(path)).await.unwrap();
+            if path == "/slow" {
+                assert_eq!(
+                    response.status(),
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "round {round}"
+                );
+                assert!(started.elapsed() >= timeout, "round {round}: cut short");
+            } else {
+                assert_eq!(response.status(), StatusCode::OK, "round {round} {path}");
+            }
+            text(response).await;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use parking_lot::Mutex;
+use tokio::time::{Instant, Sleep};
 use tollgate_listener::BodyTimeout;
 use tower::ServiceExt;
 
@@ -49,6 +50,10 @@ struct Pairing<B> {
     driver: Option<Waker>,
     /// A connection is being made; other requests use the pool meanwhile.
     connecting: bool,
+    /// The upstream timeout's timer, kept across the client connection's
+    /// requests (see [`UpstreamTimer`]); `None` before the first request
+    /// and while a request holds it.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// A client connection's upstream connection, put into each of its
@@ -79,6 +84,7 @@ pub(crate) fn pair<B>() -> (PairedUpstream<B>, PairDriver<B>) {
         handed_over: None,
         driver: None,
         connecting: false,
+        timer: None,
     }));
     (
         PairedUpstream {
@@ -118,6 +124,63 @@ impl<B> Future for PairDriver<B> {
                 pairing.driver = Some(cx.waker().clone());
             }
             return Poll::Pending;
+        }
+    }
+}
+
+/// The upstream timeout of one request, on the client connection's timer
+/// when no other request of the connection holds it: a timer of its own per
+/// request was a registration and a removal in the runtime's timer wheel
+/// (two locks), where moving a kept timer's deadline later is an atomic
+/// update. The timer goes back to the connection when the request ends.
+pub(crate) struct UpstreamTimer<B> {
+    timer: Option<Pin<Box<Sleep>>>,
+    /// The connection the timer goes back to.
+    owner: Option<PairedUpstream<B>>,
+}
+
+impl<B> UpstreamTimer<B> {
+    /// A timer that fires at `deadline`: `pair`'s when it is free, else
+    /// one of the request's own.
+    pub(crate) fn new(pair: Option<&PairedUpstream<B>>, deadline: Instant) -> UpstreamTimer<B> {
+        let kept = pair.and_then(|p| Some((p.pairing.lock().timer.take()?, p)));
+        match kept {
+            Some((mut timer, pair)) => {
+                timer.as_mut().reset(deadline);
+                UpstreamTimer {
+                    timer: Some(timer),
+                    owner: Some(pair.clone()),
+                }
+            }
+            // The connection's first request makes the timer it keeps (and
+            // a request while another holds it one that may replace it).
+            None => UpstreamTimer {
+                timer: Some(Box::pin(tokio::time::sleep_until(deadline))),
+                owner: pair.cloned(),
+            },
+        }
+    }
+
+    /// `future`'s output, or `None` when the deadline passes first.
+    pub(crate) async fn within<F: Future>(&mut self, future: F) -> Option<F::Output> {
+        let Some(timer) = self.timer.as_mut() else {
+            return Some(future.await);
+        };
+        tokio::select! {
+            biased;
+            output = future => Some(output),
+            () = timer.as_mut() => None,
+        }
+    }
+}
+
+impl<B> Drop for UpstreamTimer<B> {
+    fn drop(&mut self) {
+        if let (Some(owner), Some(timer)) = (&self.owner, self.timer.take()) {
+            let mut pairing = owner.pairing.lock();
+            if pairing.timer.is_none() {
+                pairing.timer = Some(timer);
+            }
         }
     }
 }

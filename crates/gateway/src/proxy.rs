@@ -26,13 +26,14 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Instant;
 use tollgate_tower::PeerAddr;
 
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::forwarded;
 use crate::hop_by_hop::{self, Upgrade};
-use crate::paired::{PairedUpstream, Sent};
+use crate::paired::{PairedUpstream, Sent, UpstreamTimer};
 use crate::tls::{self, UpstreamTlsError};
 use crate::upgrade;
 use crate::upstream::Upstream;
@@ -196,10 +197,10 @@ where
         parts.extensions.clear();
         let request = Request::from_parts(parts, body);
         let inner = &*self.inner;
-        let sent = self.send(pair, request);
-        let response = match tokio::time::timeout(inner.timeout, sent).await {
-            Ok(answer) => answer?,
-            Err(_elapsed) => {
+        let mut timer = UpstreamTimer::new(pair.as_ref(), Instant::now() + inner.timeout);
+        let response = match timer.within(self.send(pair, request)).await {
+            Some(answer) => answer?,
+            None => {
                 return Err(ProxyError::Timeout {
                     upstream: inner.upstream.to_string(),
                     timeout: inner.timeout,
