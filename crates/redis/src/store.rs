@@ -252,6 +252,17 @@ impl RedisStore {
         &self.inner.config
     }
 
+    /// The cells `requests` touch, under this store's prefix and prepared
+    /// limits, each charged `cost`.
+    fn plan(&self, requests: &[LimitKey<'_>], cost: u64) -> Result<cells::Plan, StoreError> {
+        cells::plan(
+            &self.inner.config.key_prefix,
+            &self.inner.limits,
+            requests,
+            cost,
+        )
+    }
+
     /// Whether Redis answers a `PING` within the timeout (for readiness).
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.bounded(async {
@@ -708,12 +719,7 @@ impl Store for RedisStore {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let plan = cells::plan(
-            &self.inner.config.key_prefix,
-            &self.inner.limits,
-            requests,
-            cost,
-        )?;
+        let plan = self.plan(requests, cost)?;
         // A request with a ban is always asked of Redis: each refusal by
         // its limit is a strike there, which a cached answer would miss.
         let cacheable = self.inner.config.over_limit_cache
@@ -746,12 +752,7 @@ impl Store for RedisStore {
         cost: u64,
         max_wait: Option<Duration>,
     ) -> Result<MultiReservation, StoreError> {
-        let plan = cells::plan(
-            &self.inner.config.key_prefix,
-            &self.inner.limits,
-            requests,
-            cost,
-        )?;
+        let plan = self.plan(requests, cost)?;
         if plan.cells.iter().any(|c| !c.limit.reservable) {
             return Err(LimitError::ReservationUnsupported.into());
         }
@@ -786,12 +787,7 @@ impl Store for RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<u64, StoreError> {
-        let plan = cells::plan(
-            &self.inner.config.key_prefix,
-            &self.inner.limits,
-            &[request],
-            cost,
-        )?;
+        let plan = self.plan(&[request], cost)?;
         let reply = self.run("next", &[&plan.cells[0]], at, "").await?;
         reply.number(1)
     }
@@ -802,12 +798,7 @@ impl Store for RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<u64, StoreError> {
-        let plan = cells::plan(
-            &self.inner.config.key_prefix,
-            &self.inner.limits,
-            &[request],
-            0,
-        )?;
+        let plan = self.plan(&[request], 0)?;
         let mut cell = plan.cells[0].clone();
         cell.cost = cost;
         let reply = self.run("record", &[&cell], at, "").await?;
@@ -815,12 +806,7 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
-        let plan = cells::plan(
-            &self.inner.config.key_prefix,
-            &self.inner.limits,
-            &[request],
-            0,
-        )?;
+        let plan = self.plan(&[request], 0)?;
         let reply = self
             .run(
                 "release",
