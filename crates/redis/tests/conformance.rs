@@ -422,36 +422,8 @@ fn focused(op: &Op, limits: usize) -> Op {
 
 #[test]
 fn focused_traces_on_a_few_limits_decide_alike() {
-    let server = RedisServer::start_with_module();
-    let runtime = runtime();
-    let _context = runtime.enter();
-    let all = limits();
-    let case = std::sync::atomic::AtomicU32::new(0);
-    let config = ProptestConfig {
-        cases: cases(),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    let chosen = proptest::sample::subsequence((0..all.len()).collect::<Vec<_>>(), 1..=3);
-    proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(&all), 1..80))| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (memory, redis) = stores(&server, &format!("focused{n}"));
-        let limits: Vec<Limit> = chosen.iter().map(|&i| all[i]).collect();
-        let mut now = START;
-        let mut taken = Vec::new();
-        for (i, step) in steps.iter().enumerate() {
-            now += step.advance;
-            let op = focused(&step.op, limits.len());
-            let ((expected, took), (got, _)) = runtime.block_on(async {
-                (
-                    apply(&memory, &limits, now, &op, &taken).await,
-                    apply(&redis, &limits, now, &op, &taken).await,
-                )
-            });
-            prop_assert_eq!(&expected, &got, "step {} {:?} at {} on {:?}", i, op, now, limits);
-            taken.extend(took);
-        }
-    });
+    let all_limits: Vec<usize> = (0..limits().len()).collect();
+    focused_traces_decide_alike("focused", all_limits);
 }
 
 /// Focused traces on the limits with a ban only (alone, or two or three
@@ -459,21 +431,29 @@ fn focused_traces_on_a_few_limits_decide_alike() {
 /// end, and reservations land after them.
 #[test]
 fn focused_traces_on_limits_with_a_ban_decide_alike() {
+    let all = limits();
+    let banned: Vec<usize> = (0..all.len()).filter(|&i| all[i].ban.is_some()).collect();
+    focused_traces_decide_alike("banned", banned);
+}
+
+/// Random traces on one to three of the limits numbered `choose_from` in
+/// [`limits`], decided by the memory store and by Redis alike, step by
+/// step; each case's keys under `namespace` and its number.
+fn focused_traces_decide_alike(namespace: &str, choose_from: Vec<usize>) {
     let server = RedisServer::start_with_module();
     let runtime = runtime();
     let _context = runtime.enter();
     let all = limits();
-    let banned: Vec<usize> = (0..all.len()).filter(|&i| all[i].ban.is_some()).collect();
     let case = std::sync::atomic::AtomicU32::new(0);
     let config = ProptestConfig {
         cases: cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     };
-    let chosen = proptest::sample::subsequence(banned, 1..=3);
+    let chosen = proptest::sample::subsequence(choose_from, 1..=3);
     proptest!(config, |(chosen in chosen, steps in proptest::collection::vec(step(&all), 1..80))| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (memory, redis) = stores(&server, &format!("banned{n}"));
+        let (memory, redis) = stores(&server, &format!("{namespace}{n}"));
         let limits: Vec<Limit> = chosen.iter().map(|&i| all[i]).collect();
         let mut now = START;
         let mut taken = Vec::new();
