@@ -542,6 +542,95 @@ fn admin_routes_need_the_token() {
     assert_eq!(check(&s, "user:1", &limit, T0, 1).0, 200);
 }
 
+/// `GET /v1/top` lists the keys a rule refused most, the most refused
+/// first, as `DELETE /v1/keys/{key}` takes them; inline limits under
+/// `rule=inline`; behind the admin token.
+#[test]
+fn top_lists_the_keys_a_rule_refused_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    support::write(&path, RULES);
+    let s = Server::start(&[
+        "--trust-client-time",
+        "--admin-token",
+        "s3cret",
+        "--rules",
+        path.to_str().unwrap(),
+    ]);
+    // per-user allows 3 a minute: mallory is refused 5 times, eve once,
+    // alice never.
+    for (user, requests) in [("mallory", 8), ("eve", 4), ("alice", 2)] {
+        for _ in 0..requests {
+            rules_check(&s, json!([entries(&[("user", user)])]), T0);
+        }
+    }
+    let limit = json!({"algorithm": "fixed_window", "rate": "1/min"});
+    for _ in 0..3 {
+        check(&s, "inline-key", &limit, T0, 1);
+    }
+    let top = |query: &str, token: Option<&str>| {
+        let mut request = s.client().get(format!("{}/v1/top?{query}", s.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().unwrap())
+    };
+    assert_eq!(top("domain=api&rule=api.user", None).0, 401);
+    let (status, body) = top("domain=api&rule=api.user", Some("s3cret"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["window_seconds"], 300);
+    let keys = body["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{body}");
+    assert_eq!(keys[0]["refused"], 5);
+    assert_eq!(keys[0]["error"], 0);
+    assert_eq!(keys[1]["refused"], 1);
+    let mallory = keys[0]["key"].as_str().unwrap();
+    assert!(
+        mallory.starts_with("tg1|") && mallory.contains("mallory"),
+        "{mallory}"
+    );
+    let (_, first) = top("domain=api&rule=api.user&limit=1", Some("s3cret"));
+    assert_eq!(first["keys"].as_array().unwrap().len(), 1);
+    let (_, inline) = top("domain=&rule=inline", Some("s3cret"));
+    assert_eq!(
+        inline["keys"],
+        json!([{"key": "inline-key", "refused": 2, "error": 0}])
+    );
+    // The key as listed resets the descriptor's counter.
+    // Every byte but letters and digits percent-encoded (the key holds
+    // `|`, `:` and `?`).
+    let encoded: String = mallory
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let reset = s.delete(&format!("/v1/keys/{encoded}"), Some("s3cret"));
+    assert_eq!(reset.json::<Value>().unwrap(), json!({"released": true}));
+    let (status, _) = rules_check(&s, json!([entries(&[("user", "mallory")])]), T0);
+    assert_eq!(status, 200);
+    // Bad queries change nothing and say why.
+    for query in [
+        "domain=api&rule=",
+        "domain=api",
+        "domain=api&rule=api.user&limit=0",
+        "domain=api&rule=api.user&limit=101",
+        "domain=api&rule=api.user&limit=x",
+    ] {
+        let (status, body) = top(query, Some("s3cret"));
+        assert_eq!(status, 400, "{query}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{query}");
+    }
+    let (status, body) = top("domain=api&rule=api.nothing", Some("s3cret"));
+    assert_eq!((status, body["keys"].clone()), (200, json!([])));
+}
+
 #[test]
 fn envoy_json_endpoint_answers_like_envoyproxy_ratelimit() {
     let (_dir, s) = with_rules();

@@ -112,6 +112,7 @@ pub fn router<S: Store>(app: App<S>) -> Router {
         .route("/v1/release", post(routes::decision::release::<S>))
         .route("/v1/keys/{key}", delete(routes::admin::reset_key::<S>))
         .route("/v1/rules/reload", post(routes::admin::reload_rules::<S>))
+        .route("/v1/top", get(routes::admin::top_refused::<S>))
         .route("/json", post(routes::envoy_json::should_rate_limit::<S>))
         .route("/increment", post(routes::databox::increment::<S>))
         .route("/delay", get(routes::databox::delay::<S>))
@@ -130,6 +131,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/release"),
     ("delete", "/v1/keys/{key}"),
     ("post", "/v1/rules/reload"),
+    ("get", "/v1/top"),
     ("post", "/json"),
     ("post", "/increment"),
     ("get", "/delay"),

@@ -63,7 +63,7 @@ pub async fn reserve<S: Store>(
             let names = [limit.to_string()];
             let limits = [(limit, key.as_slice())];
             let answer = reserve_limits(app, &limits, &names, at, cost, max_wait, None).await?;
-            count_reservation(app, "", "inline", None, &answer);
+            count_reservation(app, "", "inline", None, key, &answer);
             Ok(answer)
         }
         Target::Rules {
@@ -88,7 +88,7 @@ pub async fn reserve<S: Store>(
             for p in plan.descriptors().iter().flatten() {
                 let rule = p.rule();
                 if (p.counts() && !rule.shadow_mode()) || rule.denies_all() {
-                    count_reservation(app, domain, rule.id(), p.detailed_label(), &answer);
+                    count_reservation(app, domain, rule.id(), p.detailed_label(), p.key(), &answer);
                 }
             }
             Ok(answer)
@@ -97,12 +97,13 @@ pub async fn reserve<S: Store>(
 }
 
 /// Counts a reservation in a rule's metrics: allowed when booked, rejected
-/// when refused.
+/// when refused (and then `key` among the rule's top offenders).
 fn count_reservation<S: Store>(
     app: &App<S>,
     domain: &str,
     rule: &str,
     detailed: Option<&str>,
+    key: &[u8],
     answer: &Answer<DecisionBody>,
 ) {
     let decision = answer.top.unwrap_or_default();
@@ -113,6 +114,9 @@ fn count_reservation<S: Store>(
     };
     app.metrics()
         .count(domain, rule, detailed, &decision, verdict);
+    if answer.rejected {
+        app.metrics().count_refusal(domain, rule, key);
+    }
 }
 
 /// Ends a `concurrency` lease held under `target`.
@@ -191,6 +195,9 @@ async fn check_inline<S: Store>(
     let shadow = app.settings().shadow;
     let verdict = Verdict::of(&decision, shadow);
     app.metrics().count_inline(&decision, verdict);
+    if !decision.allowed {
+        app.metrics().count_refusal("", "inline", key);
+    }
     let mut fields = DecisionFields::of(&decision);
     fields.allowed |= shadow;
     Ok(Answer {
@@ -291,6 +298,9 @@ async fn check_rules<S: Store>(
             &d.decision,
             verdict,
         );
+        if !d.decision.allowed {
+            app.metrics().count_refusal(domain, rule.id(), &d.key);
+        }
         let mut fields = DecisionFields::of(&d.decision);
         fields.lease = d.decisions.iter().find_map(|x| x.lease);
         statuses.push(StatusBody {

@@ -11,13 +11,19 @@
 //! rule, and [`MAX_DETAILED_SERIES`] in all; later values count under
 //! `<rule>._other_`, so a client sending random values cannot flood
 //! Prometheus.
+//!
+//! Beside the Prometheus series, each rule that refuses requests keeps its
+//! top offenders: the keys it refused most over the last five minutes, in a
+//! summary of [`OFFENDERS_PER_SLOT`] counters per time slot (`top`), so the
+//! memory they take is bounded per rule whatever the number of keys. They
+//! are touched only when a request is refused.
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hashbrown::{Equivalent, HashMap};
 use parking_lot::{Mutex, RwLock};
@@ -30,6 +36,12 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{BanRefusal, Decision};
 
 use crate::latency::LatencyHistogram;
+use crate::target::{INLINE_KEY_PREFIX, RULES_KEY_PREFIX};
+use crate::top::{Estimate, TopKeys};
+
+/// Counters per time slot of a rule's top offenders: a key refused more
+/// than 1/64 of a slot's refusals is always among them.
+pub const OFFENDERS_PER_SLOT: usize = 64;
 
 /// The most distinct `rule` labels carrying request values, all rules
 /// together.
@@ -158,6 +170,9 @@ pub struct Metrics {
     inline: OnceLock<RuleCounters>,
     /// Handles onto the latency histograms of the decision routes.
     routes: Vec<(&'static str, LatencyHistogram)>,
+    /// Per (domain, rule): the keys it refused most lately, made on its
+    /// first refusal.
+    refused: RwLock<HashMap<RuleKey, Arc<Mutex<TopKeys>>, RandomState>>,
 }
 
 /// The routes whose latency histogram handles are made up front.
@@ -200,6 +215,15 @@ impl RuleCounters {
                 self.shadow_rejected.inc();
             }
         }
+    }
+}
+
+/// A store key as an operator names it: without the byte that tells
+/// inline keys from rules counters apart.
+fn shown_key(key: &[u8]) -> &[u8] {
+    match key.split_first() {
+        Some((&first, rest)) if first == INLINE_KEY_PREFIX || first == RULES_KEY_PREFIX => rest,
+        _ => key,
     }
 }
 
@@ -278,6 +302,7 @@ impl Metrics {
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
             inline: OnceLock::new(),
             routes: Vec::new(),
+            refused: RwLock::new(HashMap::with_hasher(RandomState::new())),
         };
         registry.register(
             "requests",
@@ -436,6 +461,52 @@ impl Metrics {
             .count(decision, verdict);
     }
 
+    /// Counts a refusal of `key` (a store key, as the store was asked) by
+    /// (`domain`, `rule`), enforced or in shadow mode, among the rule's top
+    /// offenders, now by the system clock. Inline limits count under
+    /// (`""`, `"inline"`).
+    pub fn count_refusal(&self, domain: &str, rule: &str, key: &[u8]) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.count_refusal_at(domain, rule, key, now_ms);
+    }
+
+    /// [`count_refusal`](Metrics::count_refusal) at `now_ms` (milliseconds
+    /// since the epoch).
+    pub fn count_refusal_at(&self, domain: &str, rule: &str, key: &[u8], now_ms: u64) {
+        let found = self
+            .refused
+            .read()
+            .get(&RuleKeyRef { domain, rule })
+            .cloned();
+        let top = match found {
+            Some(top) => top,
+            None => Arc::clone(
+                self.refused
+                    .write()
+                    .entry(RuleKey {
+                        domain: domain.to_owned(),
+                        rule: rule.to_owned(),
+                    })
+                    .or_insert_with(|| Arc::new(Mutex::new(TopKeys::new(OFFENDERS_PER_SLOT)))),
+            ),
+        };
+        top.lock().count(shown_key(key), 1, now_ms);
+    }
+
+    /// The `n` keys (`domain`, `rule`) refused most over the five minutes
+    /// up to `now_ms`, most first, as `DELETE /v1/keys/{key}` names them;
+    /// empty when the rule refused nothing.
+    pub fn top_refused(&self, domain: &str, rule: &str, n: usize, now_ms: u64) -> Vec<Estimate> {
+        let top = self
+            .refused
+            .read()
+            .get(&RuleKeyRef { domain, rule })
+            .cloned();
+        top.map_or_else(Vec::new, |top| top.lock().top(n, now_ms))
+    }
+
     /// Handles onto the counters of (`domain`, `rule`), made at zero when
     /// new.
     fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
@@ -581,6 +652,42 @@ mod tests {
             remaining,
             ..Decision::default()
         }
+    }
+
+    #[test]
+    fn refused_keys_are_listed_per_rule_without_their_store_prefix() {
+        use crate::target::{INLINE_KEY_PREFIX, RULES_KEY_PREFIX};
+        let metrics = Metrics::new();
+        let now = 1_700_000_000_000;
+        let rule_key = |user: &str| {
+            let mut key = vec![RULES_KEY_PREFIX];
+            key.extend_from_slice(format!("tg1|api|user={user}").as_bytes());
+            key
+        };
+        for _ in 0..3 {
+            metrics.count_refusal_at("api", "api.user", &rule_key("mallory"), now);
+        }
+        metrics.count_refusal_at("api", "api.user", &rule_key("eve"), now);
+        metrics.count_refusal_at("", "inline", &[INLINE_KEY_PREFIX, b'k'], now);
+        let listed = |domain: &str, rule: &str| -> Vec<(String, u64)> {
+            metrics
+                .top_refused(domain, rule, 10, now)
+                .into_iter()
+                .map(|e| (String::from_utf8(e.key).unwrap(), e.count))
+                .collect()
+        };
+        assert_eq!(
+            listed("api", "api.user"),
+            vec![
+                ("tg1|api|user=mallory".to_owned(), 3),
+                ("tg1|api|user=eve".to_owned(), 1)
+            ]
+        );
+        assert_eq!(listed("", "inline"), vec![("k".to_owned(), 1)]);
+        assert!(listed("api", "other").is_empty());
+        assert!(metrics
+            .top_refused("api", "api.user", 10, now + 301_000)
+            .is_empty());
     }
 
     #[test]

@@ -43,6 +43,9 @@ impl Observer for MetricsObserver {
                     &d.decision,
                     verdict,
                 );
+                if !d.decision.allowed {
+                    self.metrics.count_refusal(domain, d.rule.id(), &d.key);
+                }
             }
         }
         self.metrics.observe_latency("gateway", took);

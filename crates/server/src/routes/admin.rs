@@ -1,10 +1,14 @@
-//! Admin routes: `DELETE /v1/keys/{key}` and `POST /v1/rules/reload`. Both
-//! need the bearer token when the server has one.
+//! Admin routes: `DELETE /v1/keys/{key}`, `POST /v1/rules/reload` and
+//! `GET /v1/top`. All need the bearer token when the server has one (the
+//! keys a rule refused name users and addresses).
 
-use axum::extract::{Path, State};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tollgate_core::Store;
 use tollgate_rules::{LoadOptions, RuleSet};
 
@@ -70,4 +74,108 @@ pub(crate) async fn reload_rules<S: Store>(
     app.apply_reload(loaded)
         .map_err(|e| ApiError::bad_request("invalid_rules", e.to_string()))?;
     Ok(Json(Reloaded { reloaded: true }))
+}
+
+/// The query of `GET /v1/top`.
+#[derive(Deserialize)]
+pub(crate) struct TopQuery {
+    /// The rule's domain (`""` for inline limits).
+    domain: String,
+    /// The rule's path (its metrics label), or `inline`.
+    rule: String,
+    /// How many keys to list (default [`TOP_DEFAULT`], at most
+    /// [`TOP_MAX`]).
+    #[serde(default)]
+    limit: Option<u64>,
+}
+
+/// Keys listed when the query does not say.
+const TOP_DEFAULT: u64 = 10;
+
+/// The most keys one answer lists.
+const TOP_MAX: u64 = 100;
+
+/// The longest domain or rule name the query may carry, in characters.
+const TOP_NAME_MAX_CHARS: usize = 256;
+
+/// The answer of `GET /v1/top`.
+#[derive(Serialize)]
+pub(crate) struct TopBody {
+    domain: String,
+    rule: String,
+    /// How far back the counts go.
+    window_seconds: u64,
+    /// Most refused first.
+    keys: Vec<TopKey>,
+}
+
+/// One key of [`TopBody`].
+#[derive(Serialize)]
+struct TopKey {
+    /// As `DELETE /v1/keys/{key}` takes it (bytes that are not UTF-8
+    /// replaced).
+    key: String,
+    /// Refusals counted for the key: never fewer than the true number.
+    refused: u64,
+    /// How many of `refused` may have been other keys' (0: exact).
+    error: u64,
+}
+
+/// `GET /v1/top?domain=…&rule=…&limit=…`: the keys a rule refused most
+/// over the last five minutes (enforced or in shadow mode), from the
+/// rule's bounded summary (`top`).
+pub(crate) async fn top_refused<S: Store>(
+    State(app): State<App<S>>,
+    headers: HeaderMap,
+    query: Result<Query<TopQuery>, QueryRejection>,
+) -> Result<Json<TopBody>, ApiError> {
+    require_admin(&app, &headers)?;
+    let Query(query) = query.map_err(|e| {
+        ApiError::bad_request(
+            "invalid_request",
+            format!("query string: {}", e.body_text()),
+        )
+    })?;
+    if query.rule.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "rule must not be empty",
+        ));
+    }
+    for (field, value) in [("domain", &query.domain), ("rule", &query.rule)] {
+        if value.chars().count() > TOP_NAME_MAX_CHARS {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("{field} is longer than {TOP_NAME_MAX_CHARS} characters"),
+            ));
+        }
+    }
+    let limit = query.limit.unwrap_or(TOP_DEFAULT);
+    if !(1..=TOP_MAX).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("limit {limit} is not between 1 and {TOP_MAX}"),
+        ));
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // At most TOP_MAX, so it fits.
+    let n = usize::try_from(limit).unwrap_or(usize::MAX);
+    let keys = app
+        .metrics()
+        .top_refused(&query.domain, &query.rule, n, now_ms)
+        .into_iter()
+        .map(|e| TopKey {
+            key: String::from_utf8_lossy(&e.key).into_owned(),
+            refused: e.count,
+            error: e.error,
+        })
+        .collect();
+    Ok(Json(TopBody {
+        domain: query.domain,
+        rule: query.rule,
+        window_seconds: crate::top::WINDOW_MS / 1000,
+        keys,
+    }))
 }
