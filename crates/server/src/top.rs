@@ -194,7 +194,7 @@ impl SpaceSaving {
     pub fn heap_bytes(&self) -> usize {
         self.counters.capacity() * std::mem::size_of::<Counter>()
             + self.counters.iter().map(|c| c.key.len()).sum::<usize>()
-            + self.index.capacity() * (std::mem::size_of::<usize>() + 1)
+            + self.index.allocation_size()
     }
 }
 
