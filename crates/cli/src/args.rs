@@ -226,10 +226,15 @@ pub struct GatewayArgs {
     /// knowledge) [default: 127.0.0.1:8000].
     #[arg(long, env = "TOLLGATE_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Address of the admin port (`/healthz`, `/readyz`, `/metrics`); none
-    /// when absent, since every path of the main port goes upstream.
+    /// Address of the admin port (`/healthz`, `/readyz`, `/metrics`,
+    /// `/v1/top`); none when absent, since every path of the main port goes
+    /// upstream.
     #[arg(long, env = "TOLLGATE_ADMIN")]
     pub admin: Option<SocketAddr>,
+    /// Bearer token for the admin port's `/v1/top` (the keys a rule refused
+    /// most, which name users and addresses); open without it.
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Longest wait for the upstream's answer headers before answering
     /// `504`, e.g. `30s`, `500ms` [default: 30s].
     #[arg(long, env = "TOLLGATE_UPSTREAM_TIMEOUT")]

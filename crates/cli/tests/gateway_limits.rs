@@ -488,6 +488,42 @@ async fn shadow_mode_forwards_everything_and_counts_what_it_would_reject() {
     );
 }
 
+/// The admin port lists the keys a rule refused most (`GET /v1/top`),
+/// behind `--admin-token`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_lists_top_offenders_with_the_token() {
+    let upstream = Upstream::start().await;
+    let (_dir, rules) = rules_file();
+    let gw = gateway(
+        &upstream,
+        &rules,
+        &["--admin", "127.0.0.1:0", "--admin-token", "s3cret"],
+    );
+    // per-client admits 2 a minute: the next 3 are refused.
+    for _ in 0..5 {
+        send(get(&gw.url("/echo/x"))).await;
+    }
+    let top = format!(
+        "http://{}/v1/top?domain=edge&rule=edge.remote_address",
+        gw.admin.as_ref().unwrap()
+    );
+    assert_eq!(send(get(&top)).await.status(), StatusCode::UNAUTHORIZED);
+    let request = Request::get(&top)
+        .header("authorization", "Bearer s3cret")
+        .body(TestBody::empty())
+        .unwrap();
+    let answer = send(request).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let body: Value = serde_json::from_str(&text(answer).await).unwrap();
+    let keys = body["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{body}");
+    assert_eq!(keys[0]["refused"], 3, "{body}");
+    assert!(
+        keys[0]["key"].as_str().unwrap().contains("127.0.0.1"),
+        "{body}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disabled_route_is_never_limited() {
     let upstream = Upstream::start().await;

@@ -48,7 +48,13 @@ pub(crate) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiEr
 
 /// Refuses the request unless it carries the admin token (when one is set).
 pub(crate) fn require_admin<S: Store>(app: &App<S>, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = app.settings().admin_token.as_deref() else {
+    require_token(app.settings().admin_token.as_deref(), headers)
+}
+
+/// Refuses the request unless it carries `token` as its bearer token (when
+/// there is one).
+pub(crate) fn require_token(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = token else {
         return Ok(());
     };
     let presented = headers

@@ -38,6 +38,7 @@ struct ConfigFile {
     upstream_tls_ca: Option<PathBuf>,
     listen: Option<SocketAddr>,
     admin: Option<SocketAddr>,
+    admin_token: Option<String>,
     upstream_timeout: Option<String>,
     rules: Option<PathBuf>,
     domain: Option<String>,
@@ -107,6 +108,8 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// The admin port's address, if any.
     pub admin: Option<SocketAddr>,
+    /// The bearer token the admin port's `/v1/top` needs, if any.
+    pub admin_token: Option<String>,
     /// Longest wait for the upstream's answer headers.
     pub upstream_timeout: Duration,
     /// Rules path, if any.
@@ -211,6 +214,7 @@ impl GatewayConfig {
             upstream_tls_ca,
             listen: args.listen.or(file.listen).unwrap_or(DEFAULT_LISTEN),
             admin: args.admin.or(file.admin),
+            admin_token: args.admin_token.clone().or(file.admin_token),
             upstream_timeout,
             rules: args.rules.clone().or(file.rules),
             domain: args.domain.clone().or(file.domain),

@@ -176,7 +176,11 @@ async fn serve_on<S: Store>(
         match admin {
             Some(listener) => {
                 let observer = Arc::new(metrics.connections("admin"));
-                let router = tollgate_server::admin_router(store, Arc::clone(&metrics));
+                let router = tollgate_server::admin_router(
+                    store,
+                    Arc::clone(&metrics),
+                    config.admin_token.clone(),
+                );
                 tollgate_listener::serve(
                     listener,
                     config.connections,

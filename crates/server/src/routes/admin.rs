@@ -16,6 +16,7 @@ use crate::app::App;
 use crate::decide::store;
 use crate::error::ApiError;
 use crate::extract::require_admin;
+use crate::metrics::Metrics;
 use crate::target::{store_key, RULES_KEY_PREFIX};
 use crate::wire::ReleasedBody;
 
@@ -130,6 +131,15 @@ pub(crate) async fn top_refused<S: Store>(
     query: Result<Query<TopQuery>, QueryRejection>,
 ) -> Result<Json<TopBody>, ApiError> {
     require_admin(&app, &headers)?;
+    top_of(app.metrics(), query)
+}
+
+/// The answer of `GET /v1/top` from `metrics`, for the decision service
+/// and the gateway's admin port alike.
+pub(crate) fn top_of(
+    metrics: &Metrics,
+    query: Result<Query<TopQuery>, QueryRejection>,
+) -> Result<Json<TopBody>, ApiError> {
     let Query(query) = query.map_err(|e| {
         ApiError::bad_request(
             "invalid_request",
@@ -162,8 +172,7 @@ pub(crate) async fn top_refused<S: Store>(
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     // At most TOP_MAX, so it fits.
     let n = usize::try_from(limit).unwrap_or(usize::MAX);
-    let keys = app
-        .metrics()
+    let keys = metrics
         .top_refused(&query.domain, &query.rule, n, now_ms)
         .into_iter()
         .map(|e| TopKey {
