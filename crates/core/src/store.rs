@@ -99,6 +99,22 @@ pub trait Store: Send + Sync + 'static {
         cost: u64,
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
+    /// One limit's check: what [`check`](Store::check) decides for
+    /// `request` alone. The default asks `check`; a store that can decide
+    /// one limit without building a list of decisions (the memory store)
+    /// answers it directly, saving an allocation per request.
+    fn check_one(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        async move {
+            let decisions = self.check(&[request], at, cost).await?;
+            Ok(decisions.first().copied().unwrap_or_default())
+        }
+    }
+
     /// Books the earliest instant at which every limit admits `cost`, unless
     /// the wait would exceed `max_wait` (no bound when `None`); then nothing
     /// is booked anywhere.
@@ -171,6 +187,15 @@ impl<S: Store> Store for std::sync::Arc<S> {
         cost: u64,
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         (**self).check(requests, at, cost)
+    }
+
+    fn check_one(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).check_one(request, at, cost)
     }
 
     fn reserve(

@@ -148,6 +148,19 @@ impl Store for LocalStore {
         self.check_now(requests, at, cost)
     }
 
+    async fn check_one(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<Decision, StoreError> {
+        let now = self.instant(at);
+        Ok(self
+            .store
+            .limiter(request.limit)?
+            .check(request.key, now, cost)?)
+    }
+
     async fn reserve(
         &self,
         requests: &[LimitKey<'_>],
@@ -207,6 +220,34 @@ mod tests {
         match f.as_mut().poll(&mut cx) {
             std::task::Poll::Ready(v) => v,
             std::task::Poll::Pending => unreachable!("local store futures are ready at once"),
+        }
+    }
+
+    #[test]
+    fn one_limit_alone_is_decided_as_in_a_list_of_one() {
+        let limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(3).unwrap());
+        let request = LimitKey {
+            limit: &limit,
+            key: b"k",
+        };
+        let store = || {
+            LocalStore::new(
+                MemoryStore::new(Default::default()),
+                Arc::new(ManualClock::new(0)),
+            )
+        };
+        let (listed, single) = (store(), store());
+        for (at, cost) in [
+            (0, 1),
+            (0, 2),
+            (0, 1),
+            (0, 0),
+            (400_000_000, 1),
+            (400_000_000, 9),
+        ] {
+            let as_list = ready(listed.check(&[request], Moment::At(at), cost));
+            let alone = ready(single.check_one(request, Moment::At(at), cost));
+            assert_eq!(alone, as_list.map(|d| d[0]), "at {at} cost {cost}");
         }
     }
 

@@ -283,7 +283,13 @@ impl<'r> Plan<'r> {
             })
             .collect();
         if !requests.is_empty() {
-            let mut got = store.check(&requests, at, group_cost).await?.into_iter();
+            // One limit, the common case, is asked without a list.
+            let (mut one, mut several) = (None, Vec::new());
+            match requests.as_slice() {
+                [only] => one = Some(store.check_one(*only, at, group_cost).await?),
+                _ => several = store.check(&requests, at, group_cost).await?,
+            }
+            let mut got = one.into_iter().chain(several);
             for (d, p) in self.descriptors.iter().enumerate() {
                 if p.as_ref().is_some_and(|p| grouped(&p)) {
                     for slot in &mut decisions[d] {

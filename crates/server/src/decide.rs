@@ -185,13 +185,12 @@ async fn check_inline<S: Store>(
     at: Moment,
     cost: u64,
 ) -> Result<Answer<DecisionBody>, ApiError> {
-    let decisions = store(
+    let decision = store(
         app,
         app.store()
-            .check(&[LimitKey { limit, key }], at, cost)
+            .check_one(LimitKey { limit, key }, at, cost)
             .await,
     )?;
-    let decision = decisions.first().copied().unwrap_or_default();
     let shadow = app.settings().shadow;
     let verdict = Verdict::of(&decision, shadow);
     app.metrics().count_inline(&decision, verdict);

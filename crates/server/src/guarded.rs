@@ -159,6 +159,26 @@ impl<S: Store> Store for Guarded<S> {
         }
     }
 
+    async fn check_one(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<Decision, StoreError> {
+        match self.primary.check_one(request, at, cost).await {
+            Ok(decision) => Ok(decision),
+            Err(e) => match self.on_error(e) {
+                Fallback::Fail(e) => Err(e),
+                Fallback::Open => Ok(open_decision(&request)),
+                Fallback::Local => {
+                    let mut decision = self.fallback.check_one(request, at, cost).await?;
+                    decision.degraded = true;
+                    Ok(decision)
+                }
+            },
+        }
+    }
+
     async fn reserve(
         &self,
         requests: &[LimitKey<'_>],
@@ -260,6 +280,105 @@ impl<S: Store> Store for Guarded<S> {
                 StoreStatus::Unavailable(e)
             }
             StoreStatus::Unavailable(e) | StoreStatus::Degraded(e) => StoreStatus::Degraded(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tollgate_core::time::ManualClock;
+    use tollgate_core::{AlgorithmName, Limit, Rate};
+    use tollgate_memory::{MemoryConfig, MemoryStore};
+
+    use super::*;
+
+    /// A shared store that is always down.
+    struct Down;
+
+    fn down<T>() -> Result<T, StoreError> {
+        Err(StoreError::Unavailable("down".into()))
+    }
+
+    impl Store for Down {
+        async fn check(
+            &self,
+            _: &[LimitKey<'_>],
+            _: Moment,
+            _: u64,
+        ) -> Result<Vec<Decision>, StoreError> {
+            down()
+        }
+        async fn reserve(
+            &self,
+            _: &[LimitKey<'_>],
+            _: Moment,
+            _: u64,
+            _: Option<Duration>,
+        ) -> Result<MultiReservation, StoreError> {
+            down()
+        }
+        async fn next_available(
+            &self,
+            _: LimitKey<'_>,
+            _: Moment,
+            _: u64,
+        ) -> Result<u64, StoreError> {
+            down()
+        }
+        async fn record(&self, _: LimitKey<'_>, _: Moment, _: u64) -> Result<u64, StoreError> {
+            down()
+        }
+        async fn release(&self, _: LimitKey<'_>, _: u64) -> Result<bool, StoreError> {
+            down()
+        }
+        async fn reset(&self, _: &[u8]) -> Result<usize, StoreError> {
+            down()
+        }
+        async fn now(&self) -> Result<u64, StoreError> {
+            down()
+        }
+    }
+
+    fn ready<F: std::future::Future>(f: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => unreachable!("these stores' futures are ready at once"),
+        }
+    }
+
+    #[test]
+    fn one_limit_is_decided_as_a_list_of_one_under_every_policy() {
+        let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_second(2).unwrap());
+        let request = LimitKey {
+            limit: &limit,
+            key: b"k",
+        };
+        for policy in [
+            OnStoreError::FailClosed,
+            OnStoreError::FailOpen,
+            OnStoreError::Local,
+        ] {
+            // Two stores in the same state: one asked for a list, one for one limit.
+            let guarded = || {
+                let local = LocalStore::new(
+                    MemoryStore::new(MemoryConfig::default()),
+                    Arc::new(ManualClock::new(0)),
+                );
+                Guarded::new(Down, local, policy, Counter::default())
+            };
+            let (listed, single) = (guarded(), guarded());
+            for _ in 0..3 {
+                let as_list = ready(listed.check(&[request], Moment::Now, 1))
+                    .map(|d| d.first().copied().unwrap_or_default());
+                let alone = ready(single.check_one(request, Moment::Now, 1));
+                assert_eq!(alone, as_list, "{}", policy.as_str());
+            }
+            assert_eq!(single.outages.get(), listed.outages.get());
         }
     }
 }

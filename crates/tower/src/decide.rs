@@ -124,12 +124,12 @@ pub(crate) async fn by_inline<'r, St: Store>(
     if !inline.key.extract(parts, grouped, &mut key) {
         return Step::Forward;
     }
-    let request = [LimitKey {
+    let request = LimitKey {
         limit: &inline.limit,
         key: &key,
-    }];
-    let decision = match shared.store.check(&request, Moment::Now, 1).await {
-        Ok(decisions) => decisions.first().copied().unwrap_or_default(),
+    };
+    let decision = match shared.store.check_one(request, Moment::Now, 1).await {
+        Ok(decision) => decision,
         Err(error) => return unavailable(shared, &error),
     };
     let shadow = shared.settings.shadow;
