@@ -2,7 +2,8 @@
 //! limit, and the admin bearer-token check.
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequest, Query, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
@@ -44,6 +45,17 @@ pub(crate) async fn read_body(body: Body, limit: usize) -> Result<axum::body::By
 pub(crate) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request("malformed_json", format!("request body: {e}")))
+}
+
+/// A query string decoded into `T`, or `400 invalid_request` saying what
+/// is wrong with it.
+pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query.map(|Query(query)| query).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_request",
+            format!("query string: {}", e.body_text()),
+        )
+    })
 }
 
 /// Refuses the request unless it carries the admin token (when one is set).

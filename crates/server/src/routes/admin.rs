@@ -140,12 +140,7 @@ pub(crate) fn top_of(
     metrics: &Metrics,
     query: Result<Query<TopQuery>, QueryRejection>,
 ) -> Result<Json<TopBody>, ApiError> {
-    let Query(query) = query.map_err(|e| {
-        ApiError::bad_request(
-            "invalid_request",
-            format!("query string: {}", e.body_text()),
-        )
-    })?;
+    let query = crate::extract::query(query)?;
     if query.rule.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_request",

@@ -69,12 +69,7 @@ pub(crate) async fn delay<S: Store>(
     State(app): State<App<S>>,
     query: Result<Query<DelayQuery>, QueryRejection>,
 ) -> Result<Json<DelayBody>, ApiError> {
-    let Query(query) = query.map_err(|e| {
-        ApiError::bad_request(
-            "invalid_request",
-            format!("query string: {}", e.body_text()),
-        )
-    })?;
+    let query = crate::extract::query(query)?;
     let limit = databox_limit(query.interval, query.requests, query.step.as_deref())?;
     let key = store_key(&query.id, app.settings())?;
     let at = moment(app.settings(), query.at_ms)?;
