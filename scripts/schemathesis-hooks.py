@@ -12,7 +12,7 @@ see. These hooks teach the generator those rules, and nothing else:
 - a rate's period is at most 2^62 ns;
 - a key or Databox id is at most 1,024 bytes of UTF-8 (the schema's
   `maxLength` counts characters);
-- a check's or reservation's `cost` is at most the limit's capacity (its `burst`, or
+- a check's, reservation's or peek's `cost` is at most the limit's capacity (its `burst`, or
   the `N` of its rate; 5 for the sample rules, their smallest).
 
 A generated request that breaks one of these is dropped, not sent: the
@@ -157,7 +157,7 @@ def filter_case(context, case):
     if isinstance(body, dict):
         if not key_fits(body.get("key")) or not limit_fits(body.get("limit")):
             return False
-        if path in ("/v1/check", "/v1/reserve") and not cost_fits(body):
+        if path in ("/v1/check", "/v1/reserve", "/v1/dashboard/peek") and not cost_fits(body):
             return False
         if path == "/increment" and not (
             key_fits(body.get("id"))

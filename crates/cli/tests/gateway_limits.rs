@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use http::{Request, StatusCode};
 use hyper::body::Incoming;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tempfile::TempDir;
 use tollgate_testkit::sf_list_members;
 
@@ -520,6 +520,71 @@ async fn the_admin_port_lists_top_offenders_with_the_token() {
     assert_eq!(keys[0]["refused"], 3, "{body}");
     assert!(
         keys[0]["key"].as_str().unwrap().contains("127.0.0.1"),
+        "{body}"
+    );
+}
+
+/// The admin port serves the dashboard: the page, its data with the
+/// gateway's rules and counts, and the peek, behind `--admin-token`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_serves_the_dashboard_with_the_token() {
+    let upstream = Upstream::start().await;
+    let (_dir, rules) = rules_file();
+    let gw = gateway(
+        &upstream,
+        &rules,
+        &["--admin", "127.0.0.1:0", "--admin-token", "s3cret"],
+    );
+    for _ in 0..5 {
+        send(get(&gw.url("/echo/x"))).await;
+    }
+    let admin = gw.admin.clone().unwrap();
+    let with_token = |request: http::request::Builder, body: TestBody| {
+        request
+            .header("authorization", "Bearer s3cret")
+            .body(body)
+            .unwrap()
+    };
+    let page = send(get(&format!("http://{admin}/dashboard"))).await;
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    assert!(text(page).await.contains("<form id=\"login\""));
+    let page = send(with_token(
+        Request::get(format!("http://{admin}/dashboard")),
+        TestBody::empty(),
+    ))
+    .await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(text(page).await.contains("id=\"rules\""));
+
+    let data = format!("http://{admin}/v1/dashboard");
+    assert_eq!(send(get(&data)).await.status(), StatusCode::UNAUTHORIZED);
+    let answer = send(with_token(Request::get(&data), TestBody::empty())).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let body: Value = serde_json::from_str(&text(answer).await).unwrap();
+    let rule = body["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "edge.remote_address")
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(rule["counts"]["allowed"], 2, "{body}");
+    assert_eq!(rule["counts"]["rejected"], 3, "{body}");
+    assert!(
+        rule["source"].as_str().unwrap().contains("edge.yaml:"),
+        "{body}"
+    );
+    assert_eq!(body["rules_file"]["path"], rules.as_str(), "{body}");
+
+    let peek = Request::post(format!("http://{admin}/v1/dashboard/peek"))
+        .header("content-type", "application/json");
+    let question = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "127.0.0.1"}]}]});
+    let answer = send(with_token(peek, TestBody::full(question.to_string()))).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let body: Value = serde_json::from_str(&text(answer).await).unwrap();
+    assert_eq!(body["allowed"], false, "{body}");
+    assert_eq!(body["limits"][0]["remaining"], 0, "{body}");
+    assert!(
+        body["limits"][0]["retry_after_ms"].as_u64().unwrap() > 0,
         "{body}"
     );
 }

@@ -1,30 +1,65 @@
 //! [`admin_router`]: the gateway's admin port — `GET /healthz`,
-//! `GET /readyz`, `GET /metrics` and `GET /v1/top`, answered exactly as the
-//! decision service answers them. They need a port of their own because
-//! every path of the gateway's main port belongs to the upstream.
+//! `GET /readyz`, `GET /metrics`, `GET /v1/top` and the dashboard, answered
+//! exactly as the decision service answers them. They need a port of their
+//! own because every path of the gateway's main port belongs to the
+//! upstream.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use tollgate_core::Store;
+use tollgate_rules::RuleSet;
 
+use crate::dashboard::peek::PeekBody;
+use crate::dashboard::{self, page, DashboardBody, Source};
 use crate::error::ApiError;
-use crate::extract::require_token;
+use crate::extract::{decode, read_body, require_token};
 use crate::metrics::Metrics;
 use crate::routes::admin::{top_of, TopBody, TopQuery};
 use crate::routes::health;
+use crate::settings::Settings;
+use crate::wire::DecisionRequest;
 
-/// What the admin routes read: the store (for readiness), the metrics, and
-/// the token `GET /v1/top` needs.
+/// What the admin port needs beside the store and the metrics.
+pub struct AdminOptions {
+    /// The token `GET /v1/top` and the dashboard need; open when `None`.
+    pub token: Option<String>,
+    /// The rules in force (swapped whole on each reload), for the
+    /// dashboard.
+    pub rules: Arc<ArcSwap<RuleSet>>,
+    /// Where the rules are loaded from, if anywhere.
+    pub rules_path: Option<PathBuf>,
+}
+
+impl AdminOptions {
+    /// No rules, and `token`.
+    pub fn new(token: Option<String>) -> AdminOptions {
+        AdminOptions {
+            token,
+            rules: Arc::new(ArcSwap::from_pointee(RuleSet::default())),
+            rules_path: None,
+        }
+    }
+}
+
+/// What the admin routes read: the store (for readiness), the metrics, the
+/// rules, and the token `GET /v1/top` and the dashboard need.
 struct Admin<S> {
     store: Arc<S>,
     metrics: Arc<Metrics>,
     token: Option<Arc<str>>,
+    rules: Arc<ArcSwap<RuleSet>>,
+    rules_path: Option<Arc<PathBuf>>,
+    /// Defaults, with the token: the peek validates requests by them.
+    settings: Arc<Settings>,
 }
 
 impl<S> Clone for Admin<S> {
@@ -33,6 +68,21 @@ impl<S> Clone for Admin<S> {
             store: Arc::clone(&self.store),
             metrics: Arc::clone(&self.metrics),
             token: self.token.clone(),
+            rules: Arc::clone(&self.rules),
+            rules_path: self.rules_path.clone(),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<S: Store> Admin<S> {
+    fn source(&self) -> Source<'_, S> {
+        Source {
+            store: &self.store,
+            metrics: &self.metrics,
+            rules: self.rules.load_full(),
+            rules_path: self.rules_path.as_deref().map(PathBuf::as_path),
+            settings: &self.settings,
         }
     }
 }
@@ -44,26 +94,40 @@ impl<S> Clone for Admin<S> {
 ///   answers for it), `503` when decisions would fail;
 /// - `GET /metrics`: the Prometheus text exposition of `metrics`;
 /// - `GET /v1/top`: the keys a rule refused most lately (the decision
-///   service's route), with `Authorization: Bearer <token>` when `token`
-///   is set (the keys name users and addresses).
+///   service's route), with the admin token when `options.token` is set
+///   (the keys name users and addresses): `Authorization: Bearer <token>`
+///   or the dashboard's login cookie;
+/// - `GET /dashboard`, `POST /dashboard/login`, `GET /v1/dashboard` and
+///   `POST /v1/dashboard/peek`: the live dashboard, behind the same token.
 ///
 /// Readiness does not depend on the upstream: a gateway whose upstream is
 /// down still answers (`502`) and should stay in its load balancer.
 pub fn admin_router<S: Store>(
     store: Arc<S>,
     metrics: Arc<Metrics>,
-    token: Option<String>,
+    options: AdminOptions,
 ) -> Router {
+    let settings = Settings {
+        admin_token: options.token.clone(),
+        ..Settings::default()
+    };
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
         .route("/v1/top", get(top::<S>))
+        .route("/v1/dashboard", get(dashboard_data::<S>))
+        .route("/v1/dashboard/peek", post(dashboard_peek::<S>))
+        .route("/dashboard", get(dashboard_page::<S>))
+        .route("/dashboard/login", post(dashboard_login::<S>))
         .fallback(health::not_found)
         .with_state(Admin {
             store,
             metrics,
-            token: token.map(Arc::from),
+            token: options.token.map(Arc::from),
+            rules: options.rules,
+            rules_path: options.rules_path.map(Arc::new),
+            settings: Arc::new(settings),
         })
 }
 
@@ -74,6 +138,39 @@ async fn top<S: Store>(
 ) -> Result<Json<TopBody>, ApiError> {
     require_token(admin.token.as_deref(), &headers)?;
     top_of(&admin.metrics, query)
+}
+
+async fn dashboard_page<S: Store>(State(admin): State<Admin<S>>, headers: HeaderMap) -> Response {
+    page::page(admin.token.as_deref(), &headers)
+}
+
+async fn dashboard_login<S: Store>(
+    State(admin): State<Admin<S>>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body, admin.settings.max_body_bytes).await?;
+    page::login(admin.token.as_deref(), &bytes)
+}
+
+async fn dashboard_data<S: Store>(
+    State(admin): State<Admin<S>>,
+    headers: HeaderMap,
+) -> Result<Json<DashboardBody>, ApiError> {
+    require_token(admin.token.as_deref(), &headers)?;
+    Ok(Json(dashboard::data(&admin.source()).await))
+}
+
+async fn dashboard_peek<S: Store>(
+    State(admin): State<Admin<S>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<PeekBody>, ApiError> {
+    require_token(admin.token.as_deref(), &headers)?;
+    let bytes = read_body(body, admin.settings.max_body_bytes).await?;
+    let request: DecisionRequest<'_> = decode(&bytes)?;
+    dashboard::peek::peek(&admin.source(), &request)
+        .await
+        .map(Json)
 }
 
 async fn readyz<S: Store>(State(admin): State<Admin<S>>) -> impl IntoResponse {
@@ -113,7 +210,7 @@ mod tests {
         metrics.set_memory_used(1234);
         metrics.set_memory_unstored(7);
         metrics.set_memory_unstored(5);
-        let router = admin_router(store, metrics, None);
+        let router = admin_router(store, metrics, AdminOptions::new(None));
         assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
         let (status, body) = get(&router, "/readyz").await;
         assert_eq!(status, StatusCode::OK);
@@ -140,7 +237,7 @@ mod tests {
         for _ in 0..2 {
             metrics.count_refusal("api", "api.user", b"rtg1|k");
         }
-        let router = admin_router(store, metrics, Some("s3cret".to_owned()));
+        let router = admin_router(store, metrics, AdminOptions::new(Some("s3cret".to_owned())));
         let path = "/v1/top?domain=api&rule=api.user";
         assert_eq!(get(&router, path).await.0, StatusCode::UNAUTHORIZED);
         let request = Request::get(path)

@@ -113,6 +113,10 @@ pub fn router<S: Store>(app: App<S>) -> Router {
         .route("/v1/keys/{key}", delete(routes::admin::reset_key::<S>))
         .route("/v1/rules/reload", post(routes::admin::reload_rules::<S>))
         .route("/v1/top", get(routes::admin::top_refused::<S>))
+        .route("/v1/dashboard", get(routes::dashboard::data::<S>))
+        .route("/v1/dashboard/peek", post(routes::dashboard::peek::<S>))
+        .route("/dashboard", get(routes::dashboard::page::<S>))
+        .route("/dashboard/login", post(routes::dashboard::login::<S>))
         .route("/json", post(routes::envoy_json::should_rate_limit::<S>))
         .route("/increment", post(routes::databox::increment::<S>))
         .route("/delay", get(routes::databox::delay::<S>))
@@ -132,6 +136,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/keys/{key}"),
     ("post", "/v1/rules/reload"),
     ("get", "/v1/top"),
+    ("get", "/v1/dashboard"),
+    ("post", "/v1/dashboard/peek"),
+    ("get", "/dashboard"),
+    ("post", "/dashboard/login"),
     ("post", "/json"),
     ("post", "/increment"),
     ("get", "/delay"),

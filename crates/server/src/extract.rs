@@ -1,10 +1,11 @@
 //! Request decoding shared by the routes: a JSON body read under the size
-//! limit, and the admin bearer-token check.
+//! limit, and the admin token check (a bearer token, or the dashboard's
+//! login cookie).
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, Query, Request};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -63,27 +64,71 @@ pub(crate) fn require_admin<S: Store>(app: &App<S>, headers: &HeaderMap) -> Resu
     require_token(app.settings().admin_token.as_deref(), headers)
 }
 
-/// Refuses the request unless it carries `token` as its bearer token (when
-/// there is one).
+/// Refuses the request unless it carries `token` (when there is one): as
+/// its bearer token, or in the dashboard's login cookie
+/// ([`ADMIN_COOKIE`]).
 pub(crate) fn require_token(token: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = token else {
-        return Ok(());
-    };
-    let presented = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if constant_time_eq(presented.as_bytes(), token.as_bytes()) {
+    if has_token(token, headers) {
         Ok(())
     } else {
         Err(ApiError::unauthorized())
     }
 }
 
+/// Whether the request carries `token` (always, when there is none).
+pub(crate) fn has_token(token: Option<&str>, headers: &HeaderMap) -> bool {
+    let Some(token) = token else {
+        return true;
+    };
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if let Some(presented) = bearer {
+        return constant_time_eq(presented.as_bytes(), token.as_bytes());
+    }
+    let expected = cookie_value(token);
+    let mut found = false;
+    for cookie in cookies(headers, ADMIN_COOKIE) {
+        // Every cookie of that name is compared, so the time taken does
+        // not tell which matched.
+        found |= constant_time_eq(cookie.as_bytes(), expected.as_bytes());
+    }
+    found
+}
+
+/// The dashboard's login cookie: the admin token, hex-encoded (a token may
+/// hold bytes a cookie value cannot).
+pub(crate) const ADMIN_COOKIE: &str = "tollgate_admin";
+
+/// The value of [`ADMIN_COOKIE`] for `token`.
+pub(crate) fn cookie_value(token: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(token.len() * 2);
+    for byte in token.bytes() {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    out
+}
+
+/// The values of the cookies named `name` in the request's `Cookie`
+/// headers.
+fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(move |pair| {
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name).then_some(value)
+        })
+}
+
 /// Compares without an early exit, so the time taken does not tell how much
 /// of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -93,6 +138,49 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn the_token_comes_as_a_bearer_token_or_the_login_cookie() {
+        let token = Some("s3 cret;");
+        assert!(has_token(None, &headers(&[])));
+        assert!(!has_token(token, &headers(&[])));
+        assert!(has_token(
+            token,
+            &headers(&[("authorization", "Bearer s3 cret;")])
+        ));
+        assert!(!has_token(
+            token,
+            &headers(&[("authorization", "Bearer s3")])
+        ));
+        let cookie = format!("a=b; {ADMIN_COOKIE}={}", cookie_value("s3 cret;"));
+        assert_eq!(cookie_value("s3 cret;"), "733320637265743b");
+        assert!(has_token(token, &headers(&[("cookie", &cookie)])));
+        assert!(has_token(
+            token,
+            &headers(&[("cookie", "x=1"), ("cookie", &cookie)])
+        ));
+        assert!(!has_token(
+            token,
+            &headers(&[("cookie", "tollgate_admin=733320")])
+        ));
+        // The raw token is not the cookie's value.
+        assert!(!has_token(
+            token,
+            &headers(&[("cookie", "tollgate_admin=s3 cret;")])
+        ));
+        assert!(require_token(token, &headers(&[])).is_err());
+    }
 
     #[test]
     fn token_comparison() {

@@ -65,6 +65,55 @@ impl LatencyHistogram {
     }
 }
 
+/// Latency percentiles read from a histogram: each the upper bound of the
+/// bucket the percentile falls in (so never below the true value).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Percentiles {
+    /// Observations so far.
+    pub count: u64,
+    /// The median, in milliseconds; `None` when above the largest bound
+    /// (about 41 ms) or when nothing was observed.
+    pub p50_ms: Option<f64>,
+    /// The 90th percentile, likewise.
+    pub p90_ms: Option<f64>,
+    /// The 99th percentile, likewise.
+    pub p99_ms: Option<f64>,
+}
+
+impl LatencyHistogram {
+    /// The percentiles of every observation so far.
+    pub(crate) fn percentiles(&self) -> Percentiles {
+        let counts = &*self.inner;
+        let buckets: Vec<u64> = counts
+            .buckets
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let count: u64 = buckets.iter().sum();
+        let at = |per_mille: u64| -> Option<f64> {
+            if count == 0 {
+                return None;
+            }
+            // The rank of the percentile, 1-based, rounded up.
+            let rank = (u128::from(count) * u128::from(per_mille)).div_ceil(1000);
+            let mut seen = 0u128;
+            for (i, &n) in buckets.iter().enumerate() {
+                seen += u128::from(n);
+                if seen >= rank {
+                    return counts.bounds.get(i).map(|seconds| seconds * 1000.0);
+                }
+            }
+            None
+        };
+        Percentiles {
+            count,
+            p50_ms: at(500),
+            p90_ms: at(900),
+            p99_ms: at(990),
+        }
+    }
+}
+
 impl TypedMetric for LatencyHistogram {
     const TYPE: MetricType = MetricType::Histogram;
 }
@@ -105,6 +154,29 @@ mod tests {
         let mut out = String::new();
         encode(&mut out, &registry).unwrap();
         out
+    }
+
+    #[test]
+    fn percentiles_are_the_bounds_of_their_buckets() {
+        let histogram = LatencyHistogram::new();
+        assert_eq!(histogram.percentiles(), Percentiles::default());
+        // 90 fast (under 5 µs), 9 at 1 ms, 1 at a second.
+        for _ in 0..90 {
+            histogram.observe(Duration::from_micros(3));
+        }
+        for _ in 0..9 {
+            histogram.observe(Duration::from_millis(1));
+        }
+        histogram.observe(Duration::from_secs(1));
+        let p = histogram.percentiles();
+        assert_eq!(p.count, 100);
+        assert!((p.p50_ms.unwrap() - 0.005).abs() < 1e-12, "{p:?}");
+        assert!((p.p90_ms.unwrap() - 0.005).abs() < 1e-12, "{p:?}");
+        // 1 ms falls in the bucket up to 1.28 ms.
+        assert!((p.p99_ms.unwrap() - 1.28).abs() < 1e-9, "{p:?}");
+        histogram.observe(Duration::from_secs(1));
+        histogram.observe(Duration::from_secs(1));
+        assert_eq!(histogram.percentiles().p99_ms, None);
     }
 
     #[test]

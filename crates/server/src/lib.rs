@@ -14,7 +14,8 @@
 //!   loop (connection cap, timeouts, graceful shutdown).
 //! - `settings`: [`Settings`].
 //! - `wire`: the JSON bodies.
-//! - `extract`: body size limit, strict JSON decoding, the admin token.
+//! - `extract`: body size limit, strict JSON decoding, the admin token
+//!   (bearer or the dashboard's login cookie).
 //! - `target`: request validation into a [`Target`](target::Target).
 //! - `decide`: checks, reservations and releases, inline and rules-based.
 //! - `envoy`: envoyproxy/ratelimit's `ShouldRateLimit`, for `/json` and
@@ -26,25 +27,30 @@
 //! - `headers`: the rate-limit headers of SPEC §7 (from `tollgate-tower`).
 //! - `metrics`: the Prometheus registry.
 //! - `latency`: the decision routes' latency histogram, lock-free.
+//! - `history`: each rule's counters every ten seconds, for the
+//!   dashboard's rates and sparklines.
+//! - `dashboard`: the live dashboard page and the JSON it polls.
 //! - `top`: the keys counted most over the last minutes, in constant
 //!   memory (a rule's top offenders).
 //! - `reload`: a rules reload put in force.
 //! - `routes`: one module per group of routes.
-//! - `admin`: [`admin_router`], `/healthz`, `/readyz` and `/metrics` on a
-//!   port of their own, for the gateway (`tollgate-gateway`) whose main
-//!   port belongs to its upstream.
+//! - `admin`: [`admin_router`], `/healthz`, `/readyz`, `/metrics`,
+//!   `/v1/top` and the dashboard on a port of their own, for the gateway
+//!   (`tollgate-gateway`) whose main port belongs to its upstream.
 //! - `observer`: [`MetricsObserver`], the rate-limiting layer's decisions
 //!   (gateway, middleware) counted in the Prometheus registry.
 
 mod admin;
 pub mod answer;
 pub mod app;
+mod dashboard;
 pub mod decide;
 pub mod envoy;
 pub mod error;
 mod extract;
 pub mod grpc;
 pub mod guarded;
+pub mod history;
 mod latency;
 pub mod metrics;
 mod numbers;
@@ -58,8 +64,9 @@ pub mod target;
 pub mod top;
 pub mod wire;
 
-pub use admin::admin_router;
+pub use admin::{admin_router, AdminOptions};
 pub use app::{router, App, ROUTES};
+pub use latency::Percentiles;
 pub use observer::MetricsObserver;
 pub use serve::serve;
 pub use settings::Settings;

@@ -35,7 +35,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tollgate_core::{BanRefusal, Decision};
 
-use crate::latency::LatencyHistogram;
+use crate::history::{Counts, History, Trend};
+use crate::latency::{LatencyHistogram, Percentiles};
 use crate::target::{INLINE_KEY_PREFIX, RULES_KEY_PREFIX};
 use crate::top::{Estimate, TopKeys};
 
@@ -173,6 +174,36 @@ pub struct Metrics {
     /// Per (domain, rule): the keys it refused most lately, made on its
     /// first refusal.
     refused: RwLock<HashMap<RuleKey, Arc<Mutex<TopKeys>>, RandomState>>,
+    /// Every rule's counters every ten seconds, for the dashboard; only
+    /// the sampler and the dashboard touch it.
+    history: Mutex<History>,
+    /// The last rules reload, for the dashboard.
+    last_reload: Mutex<Option<ReloadRecord>>,
+}
+
+/// A rules reload as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReloadRecord {
+    /// When it happened, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// Whether the new rules are in force.
+    pub ok: bool,
+    /// Why it failed (`file:line:column: reason`); the previous rules were
+    /// kept.
+    pub error: Option<String>,
+}
+
+/// One rule's counters and trend (see [`Metrics::rule_trends`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleTrend {
+    /// The rules domain; empty for inline limits.
+    pub domain: String,
+    /// The rule's metrics label (its path; `inline` for inline limits).
+    pub rule: String,
+    /// The counters since the start.
+    pub counts: Counts,
+    /// Rates and per-sample counts.
+    pub trend: Trend,
 }
 
 /// The routes whose latency histogram handles are made up front.
@@ -187,9 +218,21 @@ struct RuleCounters {
     near_limit: Counter,
     bans: Counter,
     ban_refusals: Counter,
+    /// Counts under a label carrying request values: left out of the
+    /// dashboard's history (one rule can make a thousand of them).
+    per_value: bool,
 }
 
 impl RuleCounters {
+    fn counts(&self) -> Counts {
+        Counts {
+            allowed: self.allowed.get(),
+            rejected: self.rejected.get(),
+            shadow_rejected: self.shadow_rejected.get(),
+            near_limit: self.near_limit.get(),
+        }
+    }
+
     fn count(&self, decision: &Decision, verdict: Verdict) {
         self.total.inc();
         match decision.ban {
@@ -303,6 +346,8 @@ impl Metrics {
             inline: OnceLock::new(),
             routes: Vec::new(),
             refused: RwLock::new(HashMap::with_hasher(RandomState::new())),
+            history: Mutex::new(History::new()),
+            last_reload: Mutex::new(None),
         };
         registry.register(
             "requests",
@@ -442,7 +487,8 @@ impl Metrics {
             counters.count(decision, verdict);
             return;
         }
-        let counters = self.rule_counters(domain, &label);
+        let mut counters = self.rule_counters(domain, &label);
+        counters.per_value = detailed.is_some();
         counters.count(decision, verdict);
         self.by_rule.write().insert(
             RuleKey {
@@ -507,6 +553,85 @@ impl Metrics {
         top.map_or_else(Vec::new, |top| top.lock().top(n, now_ms))
     }
 
+    /// Every counted rule's counters now, inline limits included, labels
+    /// carrying request values left out.
+    fn current_counts(&self) -> Vec<(String, String, Counts)> {
+        let mut out: Vec<(String, String, Counts)> = self
+            .by_rule
+            .read()
+            .iter()
+            .filter(|(_, counters)| !counters.per_value)
+            .map(|(key, counters)| (key.domain.clone(), key.rule.clone(), counters.counts()))
+            .collect();
+        if let Some(inline) = self.inline.get() {
+            out.push((String::new(), "inline".to_owned(), inline.counts()));
+        }
+        out
+    }
+
+    /// Records every rule's counters at `now_ms` (milliseconds since the
+    /// epoch) in the history the dashboard reads; a sampler calls it every
+    /// [`SAMPLE_MS`](crate::history::SAMPLE_MS). Decisions never wait for
+    /// it: it reads the counters, it does not lock them.
+    pub fn sample(&self, now_ms: u64) {
+        let current = self.current_counts();
+        self.history.lock().record(
+            now_ms,
+            current
+                .iter()
+                .map(|(domain, rule, counts)| (domain.as_str(), rule.as_str(), *counts)),
+        );
+    }
+
+    /// Every counted rule's counters and trend at `now_ms`, sorted by
+    /// domain and rule.
+    pub fn rule_trends(&self, now_ms: u64) -> Vec<RuleTrend> {
+        let mut current = self.current_counts();
+        current.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        let history = self.history.lock();
+        current
+            .into_iter()
+            .map(|(domain, rule, counts)| {
+                let trend = history.trend(&domain, &rule, counts, now_ms);
+                RuleTrend {
+                    domain,
+                    rule,
+                    counts,
+                    trend,
+                }
+            })
+            .collect()
+    }
+
+    /// Keeps the outcome of a rules reload at `at_ms` for the dashboard.
+    pub fn record_reload(&self, at_ms: u64, error: Option<String>) {
+        *self.last_reload.lock() = Some(ReloadRecord {
+            at_ms,
+            ok: error.is_none(),
+            error,
+        });
+    }
+
+    /// The last rules reload, if there was one.
+    pub fn last_reload(&self) -> Option<ReloadRecord> {
+        self.last_reload.lock().clone()
+    }
+
+    /// The decision routes' latency percentiles since the start, for the
+    /// routes that decided anything.
+    pub fn latency_percentiles(&self) -> Vec<(&'static str, Percentiles)> {
+        self.routes
+            .iter()
+            .map(|(route, histogram)| (*route, histogram.percentiles()))
+            .filter(|(_, p)| p.count > 0)
+            .collect()
+    }
+
+    /// Bytes the memory store holds, as last reported.
+    pub fn memory_used(&self) -> i64 {
+        self.memory_used.get()
+    }
+
     /// Handles onto the counters of (`domain`, `rule`), made at zero when
     /// new.
     fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
@@ -522,6 +647,7 @@ impl Metrics {
             near_limit: self.near_limit.get_or_create(&labels).clone(),
             bans: self.bans.get_or_create(&labels).clone(),
             ban_refusals: self.ban_refusals.get_or_create(&labels).clone(),
+            per_value: false,
         }
     }
 
@@ -563,7 +689,8 @@ impl Metrics {
         }
     }
 
-    /// Counts a rules reload.
+    /// Counts a rules reload (see also
+    /// [`record_reload`](Metrics::record_reload)).
     pub fn reloaded(&self, ok: bool) {
         let result = if ok { "ok" } else { "failed" };
         self.reloads.get_or_create(&ResultLabels { result }).inc();

@@ -17,6 +17,9 @@ use crate::app::{router, App};
 /// request body the client stops sending answers `408 body_timeout`, and
 /// connections are counted in `app`'s metrics under `listener="http"`.
 ///
+/// Every rule's counters are sampled every ten seconds meanwhile, for the
+/// dashboard's rates and sparklines.
+///
 /// The listener and the signal are passed in, so a test binds
 /// `127.0.0.1:0`, spawns this, and talks to it over a real socket.
 pub async fn serve<S: Store>(
@@ -26,8 +29,12 @@ pub async fn serve<S: Store>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let observer = Arc::new(app.metrics().connections("http"));
+    let sampled = app.clone();
+    let sampler = tokio::spawn(crate::history::sampling(move |now_ms| {
+        sampled.metrics().sample(now_ms);
+    }));
     let router = router(app);
-    tollgate_listener::serve(
+    let served = tollgate_listener::serve(
         listener,
         connections,
         Protocols::Http1And2,
@@ -35,5 +42,7 @@ pub async fn serve<S: Store>(
         move |_| (router.clone(), std::future::pending()),
         shutdown,
     )
-    .await
+    .await;
+    sampler.abort();
+    served
 }

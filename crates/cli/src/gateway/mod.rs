@@ -179,7 +179,11 @@ async fn serve_on<S: Store>(
                 let router = tollgate_server::admin_router(
                     store,
                     Arc::clone(&metrics),
-                    config.admin_token.clone(),
+                    tollgate_server::AdminOptions {
+                        token: config.admin_token.clone(),
+                        rules: Arc::clone(&rules),
+                        rules_path: config.rules.clone(),
+                    },
                 );
                 tollgate_listener::serve(
                     listener,
@@ -194,7 +198,13 @@ async fn serve_on<S: Store>(
             None => Ok(()),
         }
     };
+    // The dashboard's rates and sparklines.
+    let sampled = Arc::clone(&metrics);
+    let sampler = tokio::spawn(tollgate_server::history::sampling(move |now_ms| {
+        sampled.sample(now_ms);
+    }));
     let (gateway, admin) = tokio::join!(gateway, admin);
+    sampler.abort();
     gateway.context("serving the gateway")?;
     admin.context("serving the admin port")?;
     tracing::info!("stopped");

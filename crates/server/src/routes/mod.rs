@@ -3,6 +3,7 @@
 //! [`ApiError`](crate::error::ApiError); none picks a status code itself.
 
 pub(crate) mod admin;
+pub(crate) mod dashboard;
 pub(crate) mod databox;
 pub(crate) mod decision;
 pub(crate) mod envoy_json;
