@@ -85,10 +85,10 @@ function ruleRow(rule, slots) {
     + (rule.per_value ? '<span class="badge" title="counted per value: see /metrics">per value</span>' : "");
   const near = rule.near_limit_share === null ? "—" : Math.round(rule.near_limit_share * 100) + " %";
   return '<tr data-rule="' + esc(rule.rule) + '">'
-    + '<td data-label="Rule"><code>' + esc(rule.rule) + "</code>" + badges
+    + '<td data-label="Rule"><div><code>' + esc(rule.rule) + "</code>" + badges
     + (rule.name ? '<br><span class="muted">' + esc(rule.name) + "</span>" : "")
-    + (rule.source ? '<br><span class="muted">' + esc(rule.source) + "</span>" : "") + "</td>"
-    + '<td data-label="Limit" class="limit">' + rule.limits.map(esc).join("<br>") + "</td>"
+    + (rule.source ? '<br><span class="muted">' + esc(rule.source) + "</span>" : "") + "</div></td>"
+    + '<td data-label="Limit" class="limit"><div>' + rule.limits.map(esc).join("<br>") + "</div></td>"
     + '<td data-label="Allowed" class="num allowed" data-rate="' + rule.rates.allowed + '">'
     + rate(rule.rates.allowed) + "</td>"
     + '<td data-label="Refused" class="num rejected" data-rate="' + rule.rates.rejected + '">'
