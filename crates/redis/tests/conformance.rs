@@ -426,6 +426,15 @@ fn focused_traces_on_a_few_limits_decide_alike() {
     focused_traces_decide_alike("focused", all_limits);
 }
 
+/// Focused traces on the gcra limits only (one to three in one check),
+/// so that the store's lean script (gcra_lean.lua) decides most calls, one
+/// cell or several, and hands states booked far ahead to the full one.
+#[test]
+fn focused_traces_on_gcra_limits_decide_alike() {
+    let gcra = indices(&limits(), AlgorithmName::Gcra);
+    focused_traces_decide_alike("gcra", gcra);
+}
+
 /// Focused traces on the limits with a ban only (alone, or two or three
 /// of them in one check), so that strikes pile up, bans start, hold and
 /// end, and reservations land after them.
