@@ -179,6 +179,9 @@ pub struct Metrics {
     history: Mutex<History>,
     /// The last rules reload, for the dashboard.
     last_reload: Mutex<Option<ReloadRecord>>,
+    /// The kind of store decisions go to (`memory`, `redis`), for the
+    /// dashboard.
+    store_kind: &'static str,
 }
 
 /// A rules reload as the dashboard shows it.
@@ -348,6 +351,7 @@ impl Metrics {
             refused: RwLock::new(HashMap::with_hasher(RandomState::new())),
             history: Mutex::new(History::new()),
             last_reload: Mutex::new(None),
+            store_kind: "memory",
         };
         registry.register(
             "requests",
@@ -649,6 +653,18 @@ impl Metrics {
             ban_refusals: self.ban_refusals.get_or_create(&labels).clone(),
             per_value: false,
         }
+    }
+
+    /// Names the kind of store decisions go to, as the dashboard shows it:
+    /// `memory` (the default) or `redis`.
+    pub fn with_store_kind(mut self, kind: &'static str) -> Metrics {
+        self.store_kind = kind;
+        self
+    }
+
+    /// The kind of store decisions go to.
+    pub fn store_kind(&self) -> &'static str {
+        self.store_kind
     }
 
     /// At most `per_rule` distinct labels carrying request values per rule

@@ -64,7 +64,15 @@ pub fn run(args: &GatewayArgs) -> Result<()> {
 
 /// Builds the store and its housekeeping, then serves.
 async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet) -> Result<()> {
-    let metrics = Arc::new(Metrics::new().with_values_per_rule(config.metric_values_per_rule));
+    let store_kind = match config.store.choice {
+        StoreChoice::Memory => "memory",
+        StoreChoice::Redis(_) => "redis",
+    };
+    let metrics = Arc::new(
+        Metrics::new()
+            .with_values_per_rule(config.metric_values_per_rule)
+            .with_store_kind(store_kind),
+    );
     let gauge = {
         let metrics = Arc::clone(&metrics);
         move |used, unstored| {

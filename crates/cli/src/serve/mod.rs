@@ -118,7 +118,9 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
 /// A shared Redis store under the failure policy, with a local memory
 /// store for the `local` policy.
 async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) -> Result<()> {
-    let metrics = Metrics::new().with_values_per_rule(config.metric_values_per_rule);
+    let metrics = Metrics::new()
+        .with_values_per_rule(config.metric_values_per_rule)
+        .with_store_kind("redis");
     let (store, fallback) = store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
     let app = App::with_metrics(
         store,

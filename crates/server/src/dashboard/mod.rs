@@ -121,7 +121,7 @@ pub(crate) async fn data<S: Store>(source: &Source<'_, S>) -> DashboardBody {
     };
     let engine = source.store.engine();
     let store = StoreView {
-        kind: if engine.is_some() { "redis" } else { "memory" },
+        kind: source.metrics.store_kind(),
         engine,
         status,
         error,

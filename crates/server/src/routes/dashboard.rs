@@ -181,6 +181,26 @@ descriptors:
     }
 
     #[tokio::test]
+    async fn the_store_is_named_as_the_wiring_says() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0_NS));
+        let store = LocalStore::new(MemoryStore::new(MemoryConfig::default()), clock);
+        let metrics = crate::metrics::Metrics::new().with_store_kind("redis");
+        let app = App::with_metrics(
+            store,
+            RuleSet::default(),
+            None,
+            Settings::default(),
+            metrics,
+        );
+        let (_, body) = call(
+            &app,
+            Request::get("/v1/dashboard").body(Body::empty()).unwrap(),
+        )
+        .await;
+        assert_eq!(body["store"]["kind"], "redis", "{body}");
+    }
+
+    #[tokio::test]
     async fn a_peek_shows_each_limit_and_counts_nothing() {
         let app = app(None);
         for _ in 0..4 {
