@@ -10,11 +10,12 @@
 
 use serde::Serialize;
 use tollgate_core::time::nanos_to_ms_ceil;
-use tollgate_core::{Limit, LimitKey, Moment, Store};
+use tollgate_core::{Limit, LimitKey, Moment, Store, StoreError};
 use tollgate_rules::check::Plan;
 
 use crate::dashboard::{describe, Source};
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::target::{cost, moment, Target};
 use crate::wire::DecisionRequest;
 
@@ -80,13 +81,13 @@ pub(crate) async fn peek<S: Store>(
     let cost = cost(request.cost);
     let now = match at {
         Moment::At(t) => t,
-        Moment::Now => source.store.now().await.map_err(ApiError::from)?,
+        Moment::Now => outage(source.metrics, source.store.now().await)?,
     };
     let at = Moment::At(now);
     let mut limits = Vec::new();
     match &target {
         Target::Inline { key, limit } => {
-            let mut entry = ask(source.store, limit, key, at, now, cost).await?;
+            let mut entry = ask(source, limit, key, at, now, cost).await?;
             entry.matched = true;
             entry.name = Some(limit.to_string());
             limits.push(entry);
@@ -138,7 +139,7 @@ pub(crate) async fn peek<S: Store>(
                     continue;
                 }
                 for (l, limit) in rule.limits().iter().enumerate() {
-                    let entry = ask(source.store, limit, planned.key(), at, now, cost).await?;
+                    let entry = ask(source, limit, planned.key(), at, now, cost).await?;
                     limits.push(named(entry, Some(l)));
                 }
             }
@@ -160,7 +161,7 @@ pub(crate) async fn peek<S: Store>(
 
 /// One limit's state for `key` at `now`, counting nothing.
 async fn ask<S: Store>(
-    store: &S,
+    source: &Source<'_, S>,
     limit: &Limit,
     key: &[u8],
     at: Moment,
@@ -169,16 +170,11 @@ async fn ask<S: Store>(
 ) -> Result<PeekLimit, ApiError> {
     let algorithm = limit.build().map_err(ApiError::from)?;
     algorithm.validate_cost(cost).map_err(ApiError::from)?;
+    let (store, metrics) = (source.store, source.metrics);
     let request = LimitKey { limit, key };
-    let state = store
-        .check_one(request, at, 0)
-        .await
-        .map_err(ApiError::from)?;
+    let state = outage(metrics, store.check_one(request, at, 0).await)?;
     let retry_after_ms = if algorithm.takes_reservations() {
-        let next = store
-            .next_available(request, at, cost)
-            .await
-            .map_err(ApiError::from)?;
+        let next = outage(metrics, store.next_available(request, at, cost).await)?;
         Some(nanos_to_ms_ceil(next.saturating_sub(now)))
     } else {
         None
@@ -192,5 +188,17 @@ async fn ask<S: Store>(
         ))),
         retry_after_ms,
         ..PeekLimit::default()
+    })
+}
+
+/// Passes a store result on, counting an outage in `metrics` (as a
+/// decision's would be).
+fn outage<T>(metrics: &Metrics, result: Result<T, StoreError>) -> Result<T, ApiError> {
+    result.map_err(|e| {
+        if e.is_outage() {
+            metrics.store_error();
+            tracing::warn!(error = %e, "store operation failed");
+        }
+        ApiError::from(e)
     })
 }
