@@ -203,6 +203,14 @@ fn the_page_shows_rules_rates_offenders_and_why_a_key_is_refused() {
         .unwrap();
     assert!(wait > 60_000, "mallory waits {wait} ms");
     assert!(dom[result..].contains("would be refused now"), "{dom}");
+    // For people: "0 of 10", a wait in minutes and seconds.
+    let row_end = dom[peeked..].find("</tr>").unwrap() + peeked;
+    let shown = &dom[peeked..row_end];
+    assert!(shown.contains("0 of 10"), "{shown}");
+    assert!(
+        shown.contains("wait 5 min") || shown.contains("wait 6 min"),
+        "{shown}"
+    );
 
     // The peek counted nothing.
     assert_eq!(
