@@ -569,6 +569,8 @@ async fn the_admin_port_serves_the_dashboard_with_the_token() {
         .unwrap_or_else(|| panic!("{body}"));
     assert_eq!(rule["counts"]["allowed"], 2, "{body}");
     assert_eq!(rule["counts"]["rejected"], 3, "{body}");
+    // The gateway samples its counters from the start: rates show.
+    assert!(rule["rates"]["rejected"].as_f64().unwrap() > 0.0, "{body}");
     assert!(
         rule["source"].as_str().unwrap().contains("edge.yaml:"),
         "{body}"
