@@ -333,6 +333,12 @@ impl<A: Algorithm> Algorithm for Banned<A> {
     fn release(&self, state: &mut Self::State, lease: u64) -> bool {
         self.limit.release(&mut state.limit, lease)
     }
+
+    /// Records as the limit does: a recorded call was already made, banned
+    /// or not, and is no strike.
+    fn record(&self, state: &mut Self::State, at: u64, cost: u64) -> Option<u64> {
+        self.limit.record(&mut state.limit, at, cost)
+    }
 }
 
 impl<A: StateCodec> StateCodec for Banned<A> {

@@ -135,8 +135,15 @@ pub trait Store: Send + Sync + 'static {
         cost: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Counts `cost` at `at` even when over the limit (a call already made)
-    /// and returns the count now in the window. `stepped_window` only.
+    /// Counts `cost` at `at` even when over the limit (a call already made,
+    /// or usage merged from elsewhere) and returns the usage the key holds
+    /// now ([`Algorithm::record`](crate::Algorithm::record)): the count in
+    /// the window for the windows, the whole tokens missing from a full
+    /// bucket for `token_bucket`, `gcra` and `leaky_bucket` (above the burst
+    /// while in debt). Usage at or above the limit refuses requests until
+    /// it has left. Every algorithm but `concurrency`, which answers
+    /// [`LimitError::Option`] (option `record`): leases cannot be merged.
+    /// A store may support fewer (the Redis store's Lua engine).
     fn record(
         &self,
         request: LimitKey<'_>,

@@ -1,6 +1,5 @@
 //! What the store needs to know about each algorithm beyond the core
-//! [`Algorithm`] trait: whether it can record requests that were already
-//! made, and how its table entries are aligned.
+//! [`Algorithm`] trait: how its table entries are aligned.
 //!
 //! The core owns the semantics; this module only classifies.
 
@@ -28,20 +27,6 @@ pub(crate) trait Keyed: Algorithm + StateCodec {
     /// stepped window most of the time; over many keys a smaller table
     /// measured faster than aligned entries (docs/benchmarks.md).
     type Line: Copy + Default + std::fmt::Debug + Send + Sync + 'static;
-
-    /// Counts `cost` at `at` even when over the limit and returns the count
-    /// in the window ending at `max(at, newest step)`; `None` when the
-    /// algorithm cannot record (all but `stepped_window`). `period` is the
-    /// limit's period in nanoseconds.
-    fn record_and_count(
-        &self,
-        _state: &mut Self::State,
-        _at: u64,
-        _cost: u64,
-        _period: u64,
-    ) -> Option<u64> {
-        None
-    }
 }
 
 impl Keyed for TokenBucket<Narrow> {
@@ -78,81 +63,11 @@ impl Keyed for Concurrency {
 
 impl Keyed for SteppedWindow {
     type Line = ();
-
-    fn record_and_count(
-        &self,
-        state: &mut Self::State,
-        at: u64,
-        cost: u64,
-        period: u64,
-    ) -> Option<u64> {
-        SteppedWindow::record(self, state, at, cost);
-        // expires_at = end of the newest step + period.
-        let step = tollgate_core::time::duration_to_nanos(self.step());
-        let newest_start = self
-            .expires_at(state)
-            .saturating_sub(period)
-            .saturating_sub(step);
-        Some(self.count(state, at.max(newest_start)))
-    }
 }
 
 /// A limit with a ban keeps the ban's state beside the limit's in the
 /// same entry, naturally aligned (the ban's 24 bytes make alignment a
-/// matter of padding), and records as its limit does: a recorded call was
-/// already made, banned or not.
+/// matter of padding).
 impl<A: Keyed> Keyed for Banned<A> {
     type Line = ();
-
-    fn record_and_count(
-        &self,
-        state: &mut Self::State,
-        at: u64,
-        cost: u64,
-        period: u64,
-    ) -> Option<u64> {
-        self.limit()
-            .record_and_count(&mut state.limit, at, cost, period)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-    use tollgate_core::time::NANOS_PER_SEC;
-    use tollgate_core::Rate;
-
-    #[test]
-    fn stepped_window_records_over_the_limit() {
-        let rate = Rate::new(10, Duration::from_secs(4)).unwrap();
-        let alg = SteppedWindow::new(rate, Some(Duration::from_secs(1))).unwrap();
-        let mut state = alg.new_state();
-        let p = 4 * NANOS_PER_SEC;
-        assert_eq!(
-            alg.record_and_count(&mut state, NANOS_PER_SEC / 2, 8, p),
-            Some(8)
-        );
-        assert_eq!(
-            alg.record_and_count(&mut state, 3 * NANOS_PER_SEC, 8, p),
-            Some(16)
-        );
-        // An older instant counts in the window ending at the newest step.
-        assert_eq!(
-            alg.record_and_count(&mut state, NANOS_PER_SEC, 1, p),
-            Some(17)
-        );
-        // Five seconds on, the step [0 s, 1 s) has left the window.
-        assert_eq!(
-            alg.record_and_count(&mut state, 5 * NANOS_PER_SEC, 1, p),
-            Some(10)
-        );
-    }
-
-    #[test]
-    fn other_algorithms_do_not_record() {
-        let alg = Gcra::new(Rate::per_second(1).unwrap(), 1).unwrap();
-        let mut state = alg.new_state();
-        assert_eq!(alg.record_and_count(&mut state, 0, 1, NANOS_PER_SEC), None);
-    }
 }

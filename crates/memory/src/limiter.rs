@@ -138,12 +138,16 @@ impl Limiter {
         self.table.reset(self.table.fingerprint(key))
     }
 
-    /// `stepped_window` only (Databox `/increment`): counts `cost` at `at`
-    /// even when over the limit, and returns the count now in the window
-    /// ending at `max(at, newest step)`.
+    /// Counts `cost` at `at` even when over the limit (a call already
+    /// made, Databox `/increment`, or usage merged from elsewhere) and
+    /// returns the usage the key holds now, as
+    /// [`Algorithm::record`](tollgate_core::Algorithm::record) defines it:
+    /// the count in the window for the windows, the whole tokens missing
+    /// from a full bucket for `token_bucket`, `gcra` and `leaky_bucket`
+    /// (above the burst while in debt). Cost 0 reports without counting.
     ///
-    /// Errors with [`LimitError::Option`] (option `record`) for every other
-    /// algorithm.
+    /// Errors with [`LimitError::Option`] (option `record`) for
+    /// `concurrency`, whose leases cannot be merged.
     pub fn record(&self, key: &[u8], at: u64, cost: u64) -> Result<u64, LimitError> {
         self.table.record(self.table.fingerprint(key), at, cost)
     }

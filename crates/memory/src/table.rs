@@ -45,7 +45,8 @@ pub(crate) trait ErasedTable: Send + Sync {
     fn release(&self, fp: Fingerprint, lease: u64) -> bool;
     /// Forgets a key.
     fn reset(&self, fp: Fingerprint) -> bool;
-    /// Records a request already made (`stepped_window` only).
+    /// Counts usage whatever the limit says (every algorithm but
+    /// `concurrency`).
     fn record(&self, fp: Fingerprint, at: u64, cost: u64) -> Result<u64, LimitError>;
     /// An error when `cost` can never be admitted.
     fn validate_cost(&self, cost: u64) -> Result<(), LimitError>;
@@ -236,21 +237,18 @@ impl<A: Keyed> ErasedTable for Table<A> {
 
     fn record(&self, fp: Fingerprint, at: u64, cost: u64) -> Result<u64, LimitError> {
         let alg = &self.alg;
-        let period = self.limit.rate.period_nanos();
         let unsupported = LimitError::Option {
             option: "record",
             algorithm: self.limit.algorithm,
         };
         if cost == 0 {
             let mut probe = self.shard_for(fp).read(alg, fp, Clone::clone);
-            return alg
-                .record_and_count(&mut probe, at, 0, period)
-                .ok_or(unsupported);
+            return alg.record(&mut probe, at, 0).ok_or(unsupported);
         }
         self.shard_for(fp).update(self.cx(), fp, at, |s| {
-            let count = alg.record_and_count(s, at, cost, period);
-            let changed = count.is_some() && alg.expires_at(s) > 0;
-            (count.ok_or(unsupported), changed)
+            let usage = alg.record(s, at, cost);
+            let changed = usage.is_some() && alg.expires_at(s) > 0;
+            (usage.ok_or(unsupported), changed)
         })
     }
 

@@ -91,13 +91,11 @@ fn a_refused_multi_reservation_inserts_nothing() {
 }
 
 #[test]
-fn record_is_for_stepped_windows_only() {
+fn record_counts_over_the_limit_for_all_but_concurrency() {
     let store = store();
     for algorithm in AlgorithmName::ALL {
         let got = limiter(&store, algorithm).record(b"k", NANOS_PER_SEC, 5);
-        if algorithm == AlgorithmName::SteppedWindow {
-            assert_eq!(got, Ok(5), "over the limit, still counted");
-        } else {
+        if algorithm == AlgorithmName::Concurrency {
             assert_eq!(
                 got,
                 Err(LimitError::Option {
@@ -105,7 +103,10 @@ fn record_is_for_stepped_windows_only() {
                     algorithm
                 })
             );
+        } else {
+            assert_eq!(got, Ok(5), "{algorithm:?}: over the limit, still counted");
         }
     }
-    assert_eq!(store.len(), 1);
+    // One key per algorithm that recorded; concurrency inserted nothing.
+    assert_eq!(store.len(), AlgorithmName::ALL.len() - 1);
 }

@@ -123,11 +123,7 @@ fn format(spec: &[u8]) -> Result<AnyFormat, Error> {
                 .map_err(bad_spec)?;
             let whole = u128::from(p / step.max(1));
             let room = [(whole + 2) * 4, u128::from(n) * 10];
-            Ok(AnyFormat::Steps(Steps {
-                window,
-                period: p,
-                room,
-            }))
+            Ok(AnyFormat::Steps(Steps { window, room }))
         }
         b"concurrency" => {
             let (n, ttl) = (number("n")?, number("lease ttl")?);

@@ -246,7 +246,8 @@ fn step(limits: &[Limit]) -> impl Strategy<Value = Step> {
     let cost = prop_oneof![1 => Just(0u64), 6 => 1u64..4, 1 => 1u64..80];
     let cells = proptest::collection::vec(cell(n), 1..4);
     let back = prop_oneof![3 => Just(0u64), 1 => 0u64..5_000_000_000];
-    let record_cell = prop_oneof![3 => stepped, 1 => cell(n)];
+    // Records where every store answers alike (`engines_record`).
+    let record_cell = prop_oneof![3 => stepped, 1 => leased.clone()];
     let release_cell = prop_oneof![3 => leased, 1 => cell(n)];
     let pick = prop_oneof![
         4 => any::<usize>().prop_map(Pick::Taken),
@@ -270,6 +271,18 @@ const KEYS: [&[u8]; 3] = [b"alice", b"bob", b"{carol}"];
 
 /// A lease a check took: its cell and its id.
 type Taken = ((usize, u8), u64);
+
+/// Whether every store answers `record` on `limit` alike: the stepped
+/// window (all count it) and `concurrency` (all refuse it). The memory
+/// store also records on the other algorithms (usage merged over the
+/// limit, issue 22); neither Redis engine does yet: the Lua script and the
+/// module answer record_unsupported for them.
+fn engines_record(limit: &Limit) -> bool {
+    matches!(
+        limit.algorithm,
+        AlgorithmName::SteppedWindow | AlgorithmName::Concurrency
+    )
+}
 
 /// Runs one step on a store; the result, formatted for comparison, and the
 /// leases it took.
@@ -325,7 +338,13 @@ async fn apply<S: Store>(
         Op::Record { cell, cost, back } => {
             let request = requests(std::slice::from_ref(cell))[0];
             let at = Moment::At(now - back);
-            format!("{:?}", store.record(request, at, *cost).await)
+            if engines_record(request.limit) {
+                format!("{:?}", store.record(request, at, *cost).await)
+            } else {
+                // Focused traces move records onto any limit: skipped on
+                // every store alike, see `engines_record`.
+                "record skipped".to_string()
+            }
         }
         Op::Release { cell, lease } => {
             let (cell, id) = match (lease, taken) {
@@ -1056,20 +1075,31 @@ fn stepped_window_records_calls_over_the_limit() {
         assert_eq!(record(3200 * MS, 0).await, 1);
         let admitted = both!(stores, |s| s.check(&[request], at(3200 * MS), 1)).unwrap();
         assert!(admitted[0].allowed && admitted[0].remaining == 1);
-        // Every other algorithm refuses to record, alike in both stores.
-        for algorithm in [AlgorithmName::Gcra, AlgorithmName::Concurrency] {
-            let other = Limit::new(algorithm, rate(3, Duration::from_secs(2)));
-            let refused = both!(stores, |s| s.record(one(&other)[0], at(0), 1));
-            assert_eq!(
-                refused,
-                Err(tollgate_core::StoreError::Limit(
-                    tollgate_core::LimitError::Option {
-                        option: "record",
-                        algorithm
-                    }
-                ))
-            );
-        }
+        // Concurrency leases cannot be merged: refused alike in both stores.
+        let algorithm = AlgorithmName::Concurrency;
+        let other = Limit::new(algorithm, rate(3, Duration::from_secs(2)));
+        let refused = both!(stores, |s| s.record(one(&other)[0], at(0), 1));
+        let unsupported = Err(tollgate_core::StoreError::Limit(
+            tollgate_core::LimitError::Option {
+                option: "record",
+                algorithm,
+            },
+        ));
+        assert_eq!(refused, unsupported);
+        // The memory store records on the other algorithms; the Redis
+        // engines do not yet (issue 22): the gap, stated.
+        let gcra = Limit::new(AlgorithmName::Gcra, rate(3, Duration::from_secs(2)));
+        let (memory, redis) = &stores;
+        assert_eq!(memory.record(one(&gcra)[0], at(0), 5).await, Ok(5));
+        assert_eq!(
+            redis.record(one(&gcra)[0], at(0), 5).await,
+            Err(tollgate_core::StoreError::Limit(
+                tollgate_core::LimitError::Option {
+                    option: "record",
+                    algorithm: AlgorithmName::Gcra,
+                },
+            ))
+        );
     });
 }
 

@@ -88,6 +88,13 @@ impl BucketMath {
         }
     }
 
+    /// Whole tokens needed to make up `units`, rounded up: the usage a
+    /// bucket missing `units` of its capacity reports.
+    #[inline]
+    pub(crate) fn tokens_for(&self, units: u128) -> u64 {
+        div_ceil(units, self.p)
+    }
+
     /// Nanoseconds needed to refill `units`, rounded up.
     #[inline]
     pub(crate) fn nanos_for(&self, units: u128) -> u64 {
@@ -97,6 +104,12 @@ impl BucketMath {
         }
     }
 }
+
+/// The most units of debt (or of queue) a recorded usage may leave: far
+/// beyond any capacity (`MAX_LIMIT × period` is below 2^100), and far enough
+/// from the end of `u128` that adding a cost, a refill or a drain to it
+/// never overflows.
+pub(crate) const MOST_UNITS: u128 = u128::MAX >> 2;
 
 /// The greatest common divisor (both arguments are non-zero).
 fn gcd(mut a: u64, mut b: u64) -> u64 {

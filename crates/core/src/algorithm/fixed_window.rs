@@ -122,6 +122,25 @@ impl Algorithm for FixedWindow {
         self.commit(state, slot.at, cost);
     }
 
+    /// Adds `cost` to the count of `at`'s window, beyond `N` if need be:
+    /// requests of non-zero cost are then refused until the window ends.
+    /// Usage in a window older than the state's (which has ended, or was
+    /// given up for a booked later one) can change no decision and is
+    /// ignored. Returns the count of the later of the two windows. The
+    /// count saturates at `u64::MAX − N`, where adding any cost still fits.
+    fn record(&self, state: &mut FixedWindowState, at: u64, cost: u64) -> Option<u64> {
+        let window = self.per_p.floor(at);
+        if window < state.window {
+            return Some(state.count);
+        }
+        if cost > 0 {
+            let most = u64::MAX - self.n;
+            state.count = self.count_in(state, window).saturating_add(cost).min(most);
+            state.window = window;
+        }
+        Some(self.count_in(state, window))
+    }
+
     fn expires_at(&self, state: &FixedWindowState) -> u64 {
         if state.count == 0 {
             0

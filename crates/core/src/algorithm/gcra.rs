@@ -140,6 +140,29 @@ impl Algorithm for Gcra {
         self.commit(state, slot.at, cost);
     }
 
+    /// Moves the TAT on by `cost` emission intervals from `at` (or from
+    /// the TAT, when that is later), past the burst's tolerance if need be:
+    /// the TAT beyond `at + burst × interval` is a debt, and requests of
+    /// non-zero cost are refused until time has caught up with it — exactly
+    /// when the token bucket's negative count is paid back, so the two
+    /// still decide alike. With no debt the TAT is one a check could have
+    /// left. Returns the whole intervals between `at` and the TAT, rounded
+    /// up (`burst − remaining`, above `burst` in debt). The TAT saturates
+    /// far beyond any debt a cost can reach.
+    fn record(&self, state: &mut GcraState, at: u64, cost: u64) -> Option<u64> {
+        let tn = self.scaled(at);
+        let mut tat = state.tat;
+        if cost > 0 {
+            let most = tn.saturating_add(super::bucket::MOST_UNITS);
+            tat = tat
+                .max(tn)
+                .saturating_add(self.math.units(cost))
+                .min(most.max(tat));
+            state.tat = tat;
+        }
+        Some(self.math.tokens_for(tat.saturating_sub(tn)))
+    }
+
     fn expires_at(&self, state: &GcraState) -> u64 {
         let tat = state.tat;
         u64::try_from(tat.div_ceil(u128::from(self.math.n))).unwrap_or(u64::MAX)

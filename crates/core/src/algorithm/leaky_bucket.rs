@@ -136,6 +136,26 @@ impl Algorithm for LeakyBucket {
         self.commit(state, slot.at, cost);
     }
 
+    /// Adds `cost` to the queue at `at`, beyond `burst` if need be: the
+    /// level above `burst` drains at the same rate, requests of non-zero
+    /// cost are refused until `cost` fits again, and the next admitted one
+    /// waits (`delay`) for the whole queue ahead of it, recorded usage
+    /// included. With no excess the state is one a check could have left.
+    /// Returns the whole requests queued, rounded up (`burst − remaining`,
+    /// above `burst` beyond it). The level saturates far beyond any
+    /// capacity.
+    fn record(&self, state: &mut LeakyBucketState, at: u64, cost: u64) -> Option<u64> {
+        let mut level = self.level(state, at);
+        if cost > 0 {
+            level = level
+                .saturating_add(self.math.units(cost))
+                .min(super::bucket::MOST_UNITS);
+            state.queue = level;
+            state.last = at;
+        }
+        Some(self.math.tokens_for(level))
+    }
+
     fn expires_at(&self, state: &LeakyBucketState) -> u64 {
         let queue = state.queue;
         state.last.saturating_add(self.math.nanos_for(queue))

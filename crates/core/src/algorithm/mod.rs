@@ -122,6 +122,38 @@ pub trait Algorithm: Send + Sync + 'static {
         false
     }
 
+    /// Counts `cost` at `at` whatever the limit says — a request already
+    /// made, or usage merged from elsewhere — and returns the usage the
+    /// state holds afterwards: for the windows, the count in the window
+    /// ending at `at` (or at the state's newest instant, when that is
+    /// later); for `token_bucket`, `gcra` and `leaky_bucket`, the units taken
+    /// and not yet given back (`burst − remaining`, above `burst` while in
+    /// debt). Usage at or above [`limit`](Self::limit) refuses every request
+    /// of non-zero cost until enough of it has left. Cost 0 changes nothing
+    /// and reports the usage; the cost is not bounded by the capacity
+    /// (merged usage may exceed it) and counts saturate far beyond it.
+    /// `None` for `concurrency`, whose leases cannot be merged.
+    ///
+    /// What a forced record does to each algorithm's state is documented
+    /// in docs/semantics.md ("Recording usage").
+    ///
+    /// ```
+    /// use tollgate_core::algorithm::{Algorithm, Gcra};
+    /// use tollgate_core::time::NANOS_PER_SEC as S;
+    /// use tollgate_core::Rate;
+    ///
+    /// // 1 a second, 2 at once.
+    /// let gcra = Gcra::new(Rate::per_second(1).unwrap(), 2).unwrap();
+    /// let mut state = gcra.new_state();
+    /// assert_eq!(gcra.record(&mut state, 0, 5), Some(5));
+    /// // Three units over the burst: refused until they are paid back.
+    /// assert!(!gcra.check(&mut state, 3 * S, 1).unwrap().allowed);
+    /// assert!(gcra.check(&mut state, 4 * S, 1).unwrap().allowed);
+    /// ```
+    fn record(&self, _state: &mut Self::State, _at: u64, _cost: u64) -> Option<u64> {
+        None
+    }
+
     /// Heap bytes the state owns beyond its own size.
     fn heap_bytes(&self, _state: &Self::State) -> usize {
         0

@@ -126,6 +126,44 @@ impl RunningTotals {
         }
     }
 
+    /// Rebases the running totals on the oldest mark (only differences
+    /// count) and returns how much more they can take before reaching
+    /// `u64::MAX / 2`, half-way to overflow: a forced record takes at most
+    /// that, so that the totals and every sum of a total and a cost stay
+    /// exact however large the recorded costs are.
+    pub(crate) fn make_room(&mut self) -> u64 {
+        let base = self.dropped_total;
+        if base > 0 {
+            for mark in self.marks.iter_mut_from(0) {
+                mark.total -= base;
+            }
+            self.dropped_total = 0;
+        }
+        (u64::MAX / 2).saturating_sub(self.total())
+    }
+
+    /// Keeps only the newest marks that hold more than `limit` together:
+    /// the older ones are folded into the oldest kept mark, whose running
+    /// total already includes them, so the total is unchanged and those
+    /// costs now leave with it. Whenever a folded mark would still have
+    /// counted, the kept marks alone hold more than `limit`, so no question
+    /// "does this cost fit within `limit`" is answered differently, nor is
+    /// the mark whose leaving lets a cost fit; and since every mark holds a
+    /// cost of at least 1, at most `limit + 1` marks remain.
+    pub(crate) fn fold_beyond(&mut self, limit: u64) {
+        let total = self.total();
+        let Some(keep_from) = total.checked_sub(limit).filter(|&t| t > 0) else {
+            return;
+        };
+        // The newest mark whose suffix (itself and everything after) holds
+        // more than `limit`: the last one whose running total before it is
+        // below `total − limit`, i.e. the first whose predecessor's is not.
+        let first = self.marks.partition_point(|m| m.total < keep_from);
+        if first > 0 {
+            self.marks.drop_front(first);
+        }
+    }
+
     /// The oldest mark with a running total of at least `target`: once it
     /// and everything before it have left, at most `total − target` remain.
     pub(crate) fn first_reaching(&self, target: u64) -> Option<Mark> {
@@ -141,11 +179,11 @@ impl RunningTotals {
         // behind the newest mark needs the search below.
         if let Some(newest) = self.marks.back_mut() {
             if newest.at == position {
-                newest.total += cost;
+                newest.total = newest.total.saturating_add(cost);
                 return;
             }
             if newest.at < position {
-                let total = newest.total + cost;
+                let total = newest.total.saturating_add(cost);
                 self.marks.push_back(Mark {
                     at: position,
                     total,
@@ -165,7 +203,7 @@ impl RunningTotals {
             );
         }
         for mark in self.marks.iter_mut_from(index) {
-            mark.total += cost;
+            mark.total = mark.total.saturating_add(cost);
         }
     }
 
@@ -238,6 +276,25 @@ mod tests {
             (2, 13, 7)
         );
         assert_eq!(marks.first_reaching(1).map(|m| m.at), Some(20));
+    }
+
+    #[test]
+    fn folding_keeps_the_newest_marks_holding_more_than_the_limit() {
+        let mut marks = RunningTotals::default();
+        for (at, cost) in [(10, 2), (20, 3), (30, 1), (40, 2)] {
+            marks.add(at, cost);
+        }
+        // Nothing to fold while the total is within the limit.
+        marks.fold_beyond(8);
+        assert_eq!(marks.len(), 4);
+        // 30 and 40 hold 3 > 2: 10 and 20 fold into 30.
+        marks.fold_beyond(2);
+        assert_eq!(marks.len(), 2);
+        assert_eq!(marks.total(), 8);
+        assert_eq!(marks.count_from(25), 8);
+        assert_eq!(marks.count_from(31), 2);
+        assert_eq!(marks.first_reaching(1).map(|m| m.at), Some(30));
+        assert_eq!(marks.first_reaching(7).map(|m| m.at), Some(40));
     }
 
     #[test]

@@ -182,6 +182,32 @@ impl Algorithm for SlidingWindowCounter {
         state.booked_until = state.booked_until.max(slot.at);
     }
 
+    /// Adds `cost` to the count of `at`'s window (the current one, or the
+    /// previous one when `at` lies there), beyond `N` if need be: the
+    /// weighted count then refuses requests until it has fallen back, which
+    /// may take up to two windows. Usage older than the previous window can
+    /// change no decision and is ignored. Returns the weighted count at
+    /// `at`, or at the start of the state's window when that is later.
+    /// Counts saturate where adding any cost still fits the codec's bound.
+    fn record(&self, state: &mut SlidingWindowCounterState, at: u64, cost: u64) -> Option<u64> {
+        let most = (u64::MAX - self.n) / 2;
+        let window = self.per_p.floor(at);
+        if cost > 0 {
+            if window >= state.window {
+                let (prev, curr) = self.counts(state, window);
+                state.window = window;
+                state.prev = prev;
+                state.curr = curr.saturating_add(cost).min(most);
+            } else if window + 1 == state.window {
+                state.prev = state.prev.saturating_add(cost).min(most);
+            }
+        }
+        let t = at.max(state.window.saturating_mul(self.p));
+        let (prev, curr) = self.counts(state, self.per_p.floor(t));
+        let start = self.per_p.floor(t).saturating_mul(self.p);
+        Some(self.weighted(prev, t - start).saturating_add(curr))
+    }
+
     fn expires_at(&self, state: &SlidingWindowCounterState) -> u64 {
         self.quiet_from(state.window, state.prev, state.curr)
             .max(state.booked_until)

@@ -159,6 +159,33 @@ impl Algorithm for SlidingWindowLog {
             .map_or(0, |e| e.at.saturating_add(self.p))
     }
 
+    /// Logs `cost` at `at`, beyond `N` if need be: requests of non-zero
+    /// cost are then refused until enough has left the window. Usage
+    /// before the window of the newest mark can change no decision and is
+    /// ignored; an older instant inside it is logged in its place. The log
+    /// stays bounded: once the marks inside the window hold more than `N`,
+    /// the older marks are folded into the newest mark that, with those
+    /// after it, still holds more than `N` — their costs then leave with it,
+    /// later than they would have, but only while the window would refuse
+    /// anyway, so no decision changes — and at most `N + 1` marks remain.
+    /// Returns the count in the window ending at `at` or at the newest
+    /// mark, whichever is later; folded costs may keep that count above
+    /// the exact one (never below it) until they leave. The count in the
+    /// window saturates at `u64::MAX / 2`.
+    fn record(&self, state: &mut SlidingWindowLogState, at: u64, cost: u64) -> Option<u64> {
+        let newest = state.log.newest().map_or(at, |e| e.at.max(at));
+        let start = self.window_start(newest);
+        if cost > 0 && at >= start {
+            state.log.drop_before(start);
+            let cost = cost.min(state.log.make_room());
+            if cost > 0 {
+                state.log.add(at, cost);
+                state.log.fold_beyond(self.n);
+            }
+        }
+        Some(self.count_inside(state, newest))
+    }
+
     fn heap_bytes(&self, state: &SlidingWindowLogState) -> usize {
         state.log.heap_bytes()
     }
@@ -190,5 +217,20 @@ mod tests {
         assert!(log.check(&mut state, 8, 1).unwrap().allowed);
         assert_eq!(state.log.len(), 2);
         assert_eq!(log.check(&mut state, 9, 0).unwrap().remaining, 49);
+    }
+
+    #[test]
+    fn records_over_the_limit_keep_the_log_bounded() {
+        let log = SlidingWindowLog::new(Rate::per_second(3).unwrap());
+        let mut state = log.new_state();
+        for at in 1..=1_000 {
+            log.record(&mut state, at, 1);
+        }
+        assert_eq!(state.log.len(), 4, "the newest four marks hold 4 > 3");
+        assert_eq!(log.check(&mut state, 1_000, 0).unwrap().remaining, 0);
+        // As the exact log: refused until 998 has left the window too.
+        let second = 1_000_000_000;
+        assert!(!log.check(&mut state, 998 + second - 1, 1).unwrap().allowed);
+        assert!(log.check(&mut state, 998 + second, 1).unwrap().allowed);
     }
 }

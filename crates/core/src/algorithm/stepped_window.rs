@@ -5,7 +5,7 @@
 //! This is the conservative rule: a step is dropped only once it lies wholly
 //! before the window, so the stepped window never admits more than an exact
 //! sliding window would. The default step comes from the Databox paper's
-//! table ([`default_step`]). [`SteppedWindow::record`] counts a request that
+//! table ([`default_step`]). [`Algorithm::record`] counts a request that
 //! was already made (Databox `/increment`) even when it is over the limit.
 //! The first non-empty step lives inside the state; only more move to the
 //! heap.
@@ -150,7 +150,7 @@ impl SteppedWindow {
             .is_some_and(|s| now < s.at.saturating_mul(self.step))
     }
 
-    /// [`record`](Self::record) of a request in step `step`.
+    /// [`count_usage`](Self::count_usage) of a request in step `step`.
     #[inline]
     fn record_in_step(&self, state: &mut SteppedWindowState, step: u64, cost: u64) {
         let newest = state.steps.newest().map_or(step, |s| s.at.max(step));
@@ -162,10 +162,10 @@ impl SteppedWindow {
         state.steps.add(step, cost);
     }
 
-    /// Counts `cost` at `at`, whatever the limit says: the request was
-    /// already made. Steps that can no longer touch any window are ignored;
-    /// out-of-order instants land in their own step. Cost 0 records nothing.
-    pub fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) {
+    /// Counts `cost` at `at`, whatever the limit says. Steps that can no
+    /// longer touch any window are ignored; out-of-order instants land in
+    /// their own step. Cost 0 counts nothing.
+    fn count_usage(&self, state: &mut SteppedWindowState, at: u64, cost: u64) {
         if cost == 0 {
             return;
         }
@@ -231,7 +231,7 @@ impl Algorithm for SteppedWindow {
         if count + cost > self.n {
             return self.evaluate(state, now, cost);
         }
-        // What `record` does, with what is known: `now`'s step is the newest
+        // What `count_usage` does, with what is known: `now`'s step is the newest
         // (nothing is pending), and the steps that can touch no window from
         // it on are those before the window's oldest, or one more when the
         // period is not a whole number of steps.
@@ -253,7 +253,7 @@ impl Algorithm for SteppedWindow {
 
     #[inline]
     fn commit(&self, state: &mut SteppedWindowState, now: u64, cost: u64) -> Option<u64> {
-        self.record(state, now, cost);
+        self.count_usage(state, now, cost);
         None
     }
 
@@ -275,11 +275,31 @@ impl Algorithm for SteppedWindow {
     }
 
     fn book(&self, state: &mut SteppedWindowState, _now: u64, slot: Slot, cost: u64) {
-        self.record(state, slot.at, cost);
+        self.count_usage(state, slot.at, cost);
     }
 
     fn expires_at(&self, state: &SteppedWindowState) -> u64 {
         state.steps.newest().map_or(0, |s| self.step_leaves(s.at))
+    }
+
+    /// Counts `cost` at `at` (Databox `/increment`), beyond `N` if need
+    /// be: requests of non-zero cost are then refused until enough steps
+    /// have left the window. Steps that can no longer touch any window are
+    /// ignored; out-of-order instants land in their own step. The state
+    /// keeps one mark per step that can touch a window, however much is
+    /// recorded. Returns the count in the window ending at `at` or at the
+    /// newest step's start, whichever is later; it saturates at
+    /// `u64::MAX / 2`.
+    fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) -> Option<u64> {
+        if cost > 0 {
+            let cost = cost.min(state.steps.make_room());
+            self.count_usage(state, at, cost);
+        }
+        let newest_start = state
+            .steps
+            .newest()
+            .map_or(0, |s| s.at.saturating_mul(self.step));
+        Some(self.count_at(state, at.max(newest_start)))
     }
 
     fn heap_bytes(&self, state: &SteppedWindowState) -> usize {

@@ -238,6 +238,28 @@ impl<S: TokenStorage> Algorithm for TokenBucket<S> {
         self.commit(state, slot.at, cost);
     }
 
+    /// Takes `cost` tokens at `at` (or at the last refill, when that is
+    /// later), below zero if need be: the token count is signed, so a debt
+    /// is a negative count, refilled at the same rate, and requests of
+    /// non-zero cost are refused until it has been paid back and `cost`
+    /// tokens are there again. With no debt the state is one a check could
+    /// have left, so every decision is the same as before. Returns the
+    /// whole tokens missing from a full bucket (`burst − remaining`, above
+    /// `burst` in debt). A narrow count saturates at `i64::MIN` (as
+    /// reservations piled up do), a wide one far beyond any capacity.
+    fn record(&self, state: &mut TokenBucketState<S>, at: u64, cost: u64) -> Option<u64> {
+        let (mut tokens, at) = self.refilled(state, at);
+        if cost > 0 {
+            let floor = -to_signed(super::bucket::MOST_UNITS);
+            let after = tokens.saturating_sub(to_signed(self.math.units(cost)));
+            state.tokens = S::store(after.max(floor));
+            state.last = at;
+            tokens = state.tokens.load();
+        }
+        let missing = to_signed(self.math.capacity()) - tokens;
+        Some(self.math.tokens_for(to_unsigned(missing)))
+    }
+
     fn expires_at(&self, state: &TokenBucketState<S>) -> u64 {
         let missing = to_signed(self.math.capacity()) - state.tokens.load();
         state

@@ -62,6 +62,16 @@ impl Model for TokenBucketModel {
         t + self.time_for(Ratio::int(cost).sub(self.tokens_at(t)))
     }
 
+    fn record(&mut self, t: u64, cost: u64) {
+        self.tokens = self.tokens_at(t).sub(Ratio::int(cost));
+        self.at = t;
+    }
+
+    fn usage(&self, t: u64) -> u64 {
+        let missing = Ratio::int(self.burst).sub(self.tokens_at(t)).ceil();
+        u64::try_from(missing).expect("a bucket never holds more than full")
+    }
+
     fn first_quiet(&self, t: u64) -> u64 {
         t + self.time_for(Ratio::int(self.burst).sub(self.tokens_at(t)))
     }
@@ -147,5 +157,14 @@ impl Model for LeakyBucketModel {
 
     fn delay(&self, t: u64) -> u64 {
         self.time_for(self.level_at(t))
+    }
+
+    fn record(&mut self, t: u64, cost: u64) {
+        self.level = self.level_at(t).add(Ratio::int(cost));
+        self.at = t;
+    }
+
+    fn usage(&self, t: u64) -> u64 {
+        u64::try_from(self.level_at(t).ceil()).expect("a queue is never negative")
     }
 }

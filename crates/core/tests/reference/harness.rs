@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate_core::{Algorithm, Decision, LimitError};
 
-use super::strategy::{Event, Op, Setup};
+use super::strategy::{Event, Op, RecordOp, Setup};
 use super::{expected_check, Model};
 
 /// `check`, failing the case on an error.
@@ -334,6 +334,85 @@ pub(crate) fn replay<A: Algorithm>(alg: &A, history: &[(u64, u64)]) -> Result<()
             cost,
             history
         );
+    }
+    Ok(())
+}
+
+/// Forced records: after any interleaving of checks and records, every
+/// decision (and `next_available` before it) equals the model's, and each
+/// record reports the model's usage (`exact_usage`; otherwise, for the
+/// sliding log whose folded marks may leave late, never less than the
+/// model's and the same once capped at `limit + 1`). Every refused check is
+/// probed at `now + retry_after`, where it must pass, and 1 ns earlier,
+/// where it must not: a debt is paid back exactly when the model says.
+pub(crate) fn run_records_against_model<A, M>(
+    alg: &A,
+    mut model: M,
+    s: &Setup,
+    ops: &[RecordOp],
+    exact_usage: bool,
+) -> Result<(), TestCaseError>
+where
+    A: Algorithm,
+    A::State: PartialEq,
+    M: Model,
+{
+    let mut state = alg.new_state();
+    let mut now = s.start;
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            RecordOp::Record(e) => {
+                now += e.dt;
+                let got = alg.record(&mut state, now, e.cost);
+                model.record(now, e.cost);
+                let want = model.usage(now);
+                let got = got.ok_or_else(|| TestCaseError::fail("record unsupported"))?;
+                if exact_usage {
+                    prop_assert_eq!(got, want, "op {} record at {} cost {}", i, now, e.cost);
+                } else {
+                    let cap = alg.limit() + 1;
+                    prop_assert!(got >= want, "op {}: usage {} below {}", i, got, want);
+                    prop_assert_eq!(got.min(cap), want.min(cap), "op {}", i);
+                }
+            }
+            RecordOp::Check(e) => {
+                now += e.dt;
+                if e.cost > alg.capacity() {
+                    assert_cost_too_large(alg, &mut state, now, e.cost)?;
+                    continue;
+                }
+                prop_assert_eq!(
+                    alg.next_available(&state, now, e.cost),
+                    model.first_admit(now, e.cost),
+                    "next_available, op {} at {} cost {}",
+                    i,
+                    now,
+                    e.cost
+                );
+                let before = state.clone();
+                let expected = expected_check(&mut model, now, e.cost);
+                let got = check(alg, &mut state, now, e.cost)?;
+                prop_assert_eq!(
+                    got,
+                    expected,
+                    "op {} at {} cost {}, state {:?}",
+                    i,
+                    now,
+                    e.cost,
+                    before
+                );
+                if !got.allowed {
+                    let retry = u64::try_from(got.retry_after.as_nanos()).expect("retry fits");
+                    let at = |t: u64| check(alg, &mut before.clone(), t, e.cost).map(|d| d.allowed);
+                    prop_assert!(at(now + retry)?, "op {}: refused at now + retry_after", i);
+                    prop_assert!(
+                        !at(now + retry - 1)?,
+                        "op {}: admitted before retry_after",
+                        i
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -55,6 +55,15 @@ pub(crate) trait Model: Clone + std::fmt::Debug {
     fn delay(&self, _t: u64) -> u64 {
         0
     }
+
+    /// Counts `cost` at `t` whatever the limit says (`Algorithm::record`):
+    /// the windows log it like an admitted request, the buckets take it
+    /// below zero tokens (or above a full queue).
+    fn record(&mut self, t: u64, cost: u64);
+
+    /// The usage `Algorithm::record` reports at `t`: the count in the
+    /// window, or the whole tokens missing from a full bucket (rounded up).
+    fn usage(&self, t: u64) -> u64;
 }
 
 /// The earliest of `candidates` (plus `t` itself) that is at or after `t` and

@@ -59,6 +59,16 @@ impl Model for SteppedWindowModel {
         self.admitted.push((t, cost));
     }
 
+    fn record(&mut self, t: u64, cost: u64) {
+        if cost > 0 {
+            self.admitted.push((t, cost));
+        }
+    }
+
+    fn usage(&self, t: u64) -> u64 {
+        self.count(t)
+    }
+
     fn first_admit(&self, t: u64, cost: u64) -> u64 {
         earliest(t, self.candidates(), |at| self.admits(at, cost))
     }

@@ -44,6 +44,14 @@ pub(crate) enum Op {
     Reserve(Event, Option<u64>),
 }
 
+/// A step in a trace that mixes checks and forced records.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RecordOp {
+    Check(Event),
+    /// `Algorithm::record`: the cost may exceed capacity (merged usage).
+    Record(Event),
+}
+
 /// A step in a concurrency trace.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LeaseOp {
@@ -178,5 +186,27 @@ pub(crate) fn leases(gran: u64) -> impl Strategy<Value = (Setup, u64, Vec<LeaseO
             1 => any::<usize>().prop_map(LeaseOp::Release),
         ];
         (Just(s), ttl, prop::collection::vec(op, 1..60))
+    })
+}
+
+/// A limit and a trace of up to 60 checks and forced records; a record's
+/// cost ranges up to three times the capacity, so debts both small and
+/// deep are common.
+pub(crate) fn records(
+    gran: u64,
+    capacity: Capacity,
+) -> impl Strategy<Value = (Setup, Vec<RecordOp>)> {
+    setup(gran).prop_flat_map(move |s| {
+        let cap = cap_of(&s, capacity);
+        let recorded = prop_oneof![
+            2 => Just(1u64),
+            2 => 0..=cap,
+            1 => cap..=3 * cap + 2,
+        ];
+        let op = prop_oneof![
+            3 => event(&s, gran, cap).prop_map(RecordOp::Check),
+            1 => (gap(&s, gran), recorded).prop_map(|(dt, cost)| RecordOp::Record(Event { dt, cost })),
+        ];
+        (Just(s), prop::collection::vec(op, 1..60))
     })
 }

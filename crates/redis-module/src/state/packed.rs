@@ -142,8 +142,6 @@ impl Format for Leases {
 #[derive(Clone, Copy)]
 pub(crate) struct Steps {
     pub(crate) window: SteppedWindow,
-    /// The period in ns.
-    pub(crate) period: u64,
     /// Room per column: 4 × (P/step + 2) steps, 10 × `N` totals.
     pub(crate) room: [u128; 2],
 }
@@ -174,21 +172,14 @@ impl Format for Steps {
         write_rows(out, &codec_rows::<2>(&mut reader), self.room);
     }
 
-    /// As the memory store records (tollgate-memory's keyed.rs): the count
-    /// in the window ending at `max(at, the newest step's start)`.
+    /// As the core records: the count in the window ending at
+    /// `max(at, the newest step's start)`.
     fn record(
         &self,
         state: &mut <SteppedWindow as Algorithm>::State,
         at: u64,
         cost: u64,
     ) -> Option<u64> {
-        self.window.record(state, at, cost);
-        let step = u64::try_from(self.window.step().as_nanos()).unwrap_or(u64::MAX);
-        let newest_start = self
-            .window
-            .expires_at(state)
-            .saturating_sub(self.period)
-            .saturating_sub(step);
-        Some(self.window.count(state, at.max(newest_start)))
+        self.window.record(state, at, cost)
     }
 }
