@@ -30,7 +30,7 @@ pub(crate) enum Error {
     },
     /// A reservation of a limit without time slots (`concurrency`).
     ReservationUnsupported,
-    /// `record` of a limit other than `stepped_window`.
+    /// `record` of a `concurrency` limit: leases cannot be merged.
     RecordUnsupported,
     /// A bug: the call panicked (caught before it reached Redis).
     Internal,

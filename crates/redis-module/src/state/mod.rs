@@ -46,15 +46,17 @@ pub(crate) trait Format {
         self.algorithm().expires_at(state)
     }
 
-    /// Counts `cost` at `at` whatever the limit says and returns the count
-    /// in the window; `None` for algorithms that cannot record.
+    /// Counts `cost` at `at` whatever the limit says and returns the usage
+    /// held, as the core records
+    /// ([`Algorithm::record`](tollgate_core::Algorithm::record)); `None`
+    /// for `concurrency`, whose leases cannot be merged.
     fn record(
         &self,
-        _state: &mut <Self::Algorithm as Algorithm>::State,
-        _at: u64,
-        _cost: u64,
+        state: &mut <Self::Algorithm as Algorithm>::State,
+        at: u64,
+        cost: u64,
     ) -> Option<u64> {
-        None
+        self.algorithm().record(state, at, cost)
     }
 }
 

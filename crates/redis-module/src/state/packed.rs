@@ -171,15 +171,4 @@ impl Format for Steps {
         out.push(b' ');
         write_rows(out, &codec_rows::<2>(&mut reader), self.room);
     }
-
-    /// As the core records: the count in the window ending at
-    /// `max(at, the newest step's start)`.
-    fn record(
-        &self,
-        state: &mut <SteppedWindow as Algorithm>::State,
-        at: u64,
-        cost: u64,
-    ) -> Option<u64> {
-        self.window.record(state, at, cost)
-    }
 }
