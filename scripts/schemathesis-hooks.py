@@ -13,7 +13,11 @@ see. These hooks teach the generator those rules, and nothing else:
 - a key or Databox id is at most 1,024 bytes of UTF-8 (the schema's
   `maxLength` counts characters);
 - a check's, reservation's or peek's `cost` is at most the limit's capacity (its `burst`, or
-  the `N` of its rate; 5 for the sample rules, their smallest).
+  the `N` of its rate; 5 for the sample rules, their smallest);
+- on the Envoy JSON route, for the sample rules' domain, a descriptor's hits
+  are at most its limit's capacity (a request-side override's
+  `requests_per_unit`, else 5): more is `400 cost_too_large` (SPEC §2: a cost
+  that can never fit is an error, not an eternal 429).
 
 A generated request that breaks one of these is dropped, not sent: the
 server's refusal of each is covered by the Rust tests.
@@ -137,6 +141,39 @@ def interval_ns(interval):
 # phase these as well.
 
 
+def envoy_hits_fit(body):
+    """Whether every descriptor's hits fit its limit, for a request to the
+    sample rules' domain (any other domain has no rules: nothing is
+    counted). Hits are the descriptor's own `hits_addend` when set,
+    otherwise `max(1, request.hits_addend)`; numbers may come as strings."""
+    if body.get("domain") != SAMPLE_DOMAIN:
+        return True
+
+    def number(value):
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return None
+
+    request_hits = number(body.get("hits_addend", body.get("hitsAddend", 0))) or 0
+    for descriptor in body.get("descriptors") or []:
+        if not isinstance(descriptor, dict):
+            continue
+        own = descriptor.get("hits_addend", descriptor.get("hitsAddend"))
+        hits = number(own) if own is not None else max(1, request_hits)
+        if hits is None:
+            continue
+        most = SAMPLE_SMALLEST_CAPACITY
+        limit = descriptor.get("limit")
+        if isinstance(limit, dict):
+            per_unit = number(limit.get("requests_per_unit", limit.get("requestsPerUnit", 0)))
+            most = per_unit if per_unit is not None else most
+        if hits > most:
+            return False
+    return True
+
+
 @schemathesis.hook
 def map_case(context, case):
     body = case.body
@@ -164,6 +201,8 @@ def filter_case(context, case):
             and step_fits(body.get("step"), interval_ns(body.get("interval")))
         ):
             return False
+    if path == "/json" and isinstance(body, dict) and not envoy_hits_fit(body):
+        return False
     if path == "/delay" and isinstance(query, dict):
         interval = query.get("interval")
         if isinstance(interval, str) and interval.isdigit():

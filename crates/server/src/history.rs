@@ -35,6 +35,14 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Adds `other`'s counts to these (saturating).
+    pub fn add(&mut self, other: Counts) {
+        self.allowed = self.allowed.saturating_add(other.allowed);
+        self.rejected = self.rejected.saturating_add(other.rejected);
+        self.shadow_rejected = self.shadow_rejected.saturating_add(other.shadow_rejected);
+        self.near_limit = self.near_limit.saturating_add(other.near_limit);
+    }
+
     /// `self - earlier`, per field (0 where a counter went backwards).
     fn since(self, earlier: Counts) -> Counts {
         Counts {

@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -221,9 +221,10 @@ struct RuleCounters {
     near_limit: Counter,
     bans: Counter,
     ban_refusals: Counter,
-    /// Counts under a label carrying request values: left out of the
-    /// dashboard's history (one rule can make a thousand of them).
-    per_value: bool,
+    /// For counts under a label carrying request values, the rule's own
+    /// label: the dashboard shows them added up under it (one rule can make
+    /// a thousand such labels).
+    rule_of_value: Option<String>,
 }
 
 impl RuleCounters {
@@ -492,7 +493,7 @@ impl Metrics {
             return;
         }
         let mut counters = self.rule_counters(domain, &label);
-        counters.per_value = detailed.is_some();
+        counters.rule_of_value = detailed.map(|_| rule.to_owned());
         counters.count(decision, verdict);
         self.by_rule.write().insert(
             RuleKey {
@@ -557,16 +558,23 @@ impl Metrics {
         top.map_or_else(Vec::new, |top| top.lock().top(n, now_ms))
     }
 
-    /// Every counted rule's counters now, inline limits included, labels
-    /// carrying request values left out.
+    /// Every counted rule's counters now, inline limits included; the
+    /// labels carrying request values added up under their rule's.
     fn current_counts(&self) -> Vec<(String, String, Counts)> {
-        let mut out: Vec<(String, String, Counts)> = self
-            .by_rule
-            .read()
-            .iter()
-            .filter(|(_, counters)| !counters.per_value)
-            .map(|(key, counters)| (key.domain.clone(), key.rule.clone(), counters.counts()))
+        let mut by_rule: BTreeMap<(&str, &str), Counts> = BTreeMap::new();
+        let counted = self.by_rule.read();
+        for (key, counters) in counted.iter() {
+            let rule = counters.rule_of_value.as_deref().unwrap_or(&key.rule);
+            by_rule
+                .entry((&key.domain, rule))
+                .or_default()
+                .add(counters.counts());
+        }
+        let mut out: Vec<(String, String, Counts)> = by_rule
+            .into_iter()
+            .map(|((domain, rule), counts)| (domain.to_owned(), rule.to_owned(), counts))
             .collect();
+        drop(counted);
         if let Some(inline) = self.inline.get() {
             out.push((String::new(), "inline".to_owned(), inline.counts()));
         }
@@ -651,7 +659,7 @@ impl Metrics {
             near_limit: self.near_limit.get_or_create(&labels).clone(),
             bans: self.bans.get_or_create(&labels).clone(),
             ban_refusals: self.ban_refusals.get_or_create(&labels).clone(),
-            per_value: false,
+            rule_of_value: None,
         }
     }
 

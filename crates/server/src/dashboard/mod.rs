@@ -91,7 +91,8 @@ struct RuleView {
     limits: Vec<String>,
     shadow: bool,
     /// Counted per request value (`detailed_metric`, `value_to_metric`):
-    /// its counts are in `/metrics` under one label per value, not here.
+    /// its counts here add up its values' (one label per value in
+    /// `/metrics`).
     per_value: bool,
     counts: Counts,
     rates: Rates,

@@ -137,8 +137,10 @@ descriptors:
         for _ in 0..5 {
             call(&app, post("/v1/check", &user("mallory"))).await;
         }
-        let tenant = json!({"domain": "api", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}]}]});
-        call(&app, post("/v1/check", &tenant)).await;
+        for tenant in ["acme", "globex"] {
+            let tenant = json!({"domain": "api", "descriptors": [{"entries": [{"key": "tenant", "value": tenant}]}]});
+            call(&app, post("/v1/check", &tenant)).await;
+        }
         let (status, body) = call(
             &app,
             Request::get("/v1/dashboard").body(Body::empty()).unwrap(),
@@ -167,9 +169,10 @@ descriptors:
             "{body}"
         );
         assert_eq!(rules[1]["limits"], json!(["unlimited"]));
-        // Counted per value: not here, in /metrics.
+        // Counted per value (one label per value in /metrics): the row adds
+        // its values up.
         assert_eq!(rules[2]["per_value"], true);
-        assert_eq!(rules[2]["counts"]["allowed"], 0);
+        assert_eq!(rules[2]["counts"]["allowed"], 2, "{body}");
         assert_eq!(body["store"]["kind"], "memory");
         assert_eq!(body["store"]["status"], "ready");
         assert_eq!(
@@ -177,7 +180,7 @@ descriptors:
             json!({"path": null, "last_reload": null})
         );
         assert_eq!(body["latency"][0]["route"], "check");
-        assert_eq!(body["latency"][0]["count"], 6);
+        assert_eq!(body["latency"][0]["count"], 7);
     }
 
     #[tokio::test]

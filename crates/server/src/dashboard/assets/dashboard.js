@@ -82,7 +82,7 @@ function offendersOf(rule) {
 
 function ruleRow(rule, slots) {
   const badges = (rule.shadow ? '<span class="badge shadow-rejected">shadow</span>' : "")
-    + (rule.per_value ? '<span class="badge" title="counted per value: see /metrics">per value</span>' : "");
+    + (rule.per_value ? '<span class="badge" title="counted per value: these counts add them up; /metrics has one label per value">per value</span>' : "");
   const near = rule.near_limit_share === null ? "—" : Math.round(rule.near_limit_share * 100) + " %";
   return '<tr data-rule="' + esc(rule.rule) + '">'
     + '<td data-label="Rule"><div><code>' + esc(rule.rule) + "</code>" + badges
