@@ -14,10 +14,11 @@ see. These hooks teach the generator those rules, and nothing else:
   `maxLength` counts characters);
 - a check's, reservation's or peek's `cost` is at most the limit's capacity (its `burst`, or
   the `N` of its rate; 5 for the sample rules, their smallest);
-- on the Envoy JSON route, for the sample rules' domain, a descriptor's hits
-  are at most its limit's capacity (a request-side override's
-  `requests_per_unit`, else 5): more is `400 cost_too_large` (SPEC §2: a cost
-  that can never fit is an error, not an eternal 429).
+- on the Envoy JSON route, for a domain the sample rules define, a
+  descriptor's hits are at most its limit's capacity (a request-side
+  override's `requests_per_unit`, else the domain's smallest limit): more is
+  `400 cost_too_large` (SPEC §2: a cost that can never fit is an error, not
+  an eternal 429).
 
 A generated request that breaks one of these is dropped, not sent: the
 server's refusal of each is covered by the Rust tests.
@@ -29,6 +30,9 @@ import schemathesis
 
 SAMPLE_DOMAIN = "api"
 SAMPLE_SMALLEST_CAPACITY = 5
+# The domains of examples/rules and the smallest capacity of each file's
+# limits (api.yaml; bench-grpc.yaml, scripts/bench-grpc's rules).
+SAMPLE_DOMAIN_CAPACITY = {SAMPLE_DOMAIN: SAMPLE_SMALLEST_CAPACITY, "bench": 1_000_000}
 MAX_KEY_BYTES = 1024
 MAX_PERIOD_NS = 1 << 62
 NS_PER_MS = 1_000_000
@@ -142,29 +146,37 @@ def interval_ns(interval):
 
 
 def envoy_hits_fit(body):
-    """Whether every descriptor's hits fit its limit, for a request to the
-    sample rules' domain (any other domain has no rules: nothing is
+    """Whether every descriptor's hits fit its limit, for a request to a
+    domain of the sample rules (any other domain has no rules: nothing is
     counted). Hits are the descriptor's own `hits_addend` when set,
-    otherwise `max(1, request.hits_addend)`; numbers may come as strings."""
-    if body.get("domain") != SAMPLE_DOMAIN:
+    otherwise `max(1, request.hits_addend)`; numbers may come as strings or
+    as integral floats."""
+    domain = body.get("domain")
+    smallest = SAMPLE_DOMAIN_CAPACITY.get(domain) if isinstance(domain, str) else None
+    if smallest is None:
         return True
 
     def number(value):
         if isinstance(value, str) and value.isdigit():
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         return None
 
     request_hits = number(body.get("hits_addend", body.get("hitsAddend", 0))) or 0
-    for descriptor in body.get("descriptors") or []:
+    descriptors = body.get("descriptors")
+    if not isinstance(descriptors, list):
+        return True
+    for descriptor in descriptors:
         if not isinstance(descriptor, dict):
             continue
         own = descriptor.get("hits_addend", descriptor.get("hitsAddend"))
         hits = number(own) if own is not None else max(1, request_hits)
         if hits is None:
             continue
-        most = SAMPLE_SMALLEST_CAPACITY
+        most = smallest
         limit = descriptor.get("limit")
         if isinstance(limit, dict):
             per_unit = number(limit.get("requests_per_unit", limit.get("requestsPerUnit", 0)))
