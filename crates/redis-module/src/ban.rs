@@ -9,7 +9,7 @@ use std::time::Duration;
 use tollgate_core::ban::{Ban, BanState};
 
 use crate::error::Error;
-use crate::text::{exactly, fields, parse_u64, push_u64};
+use tollgate_state::text::{exactly, fields, parse_u64, push_u64};
 
 /// A limit's ban and its state during a call.
 pub(crate) struct Banned {

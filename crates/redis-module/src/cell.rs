@@ -8,7 +8,7 @@ use std::ops::{Deref, DerefMut};
 use tollgate_core::algorithm::{Algorithm, Narrow, Slot, Wide};
 use tollgate_core::Decision;
 
-use crate::state::{
+use tollgate_state::{
     CounterFormat, FixedFormat, Format, GcraFormat, LeakyFormat, Leases, Log, Steps, TokenFormat,
 };
 

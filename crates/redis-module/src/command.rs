@@ -49,7 +49,7 @@ use crate::decide::{self, Op, Outcome, Planned, Word};
 use crate::error::Error;
 use crate::ffi::{self, Arg, Key, Kind};
 use crate::specs;
-use crate::text::{parse_u64, put_u64_before};
+use tollgate_state::text::{parse_u64, put_u64_before};
 
 thread_local! {
     /// Bytes of a value or a reply being written, reused by every call:
@@ -245,7 +245,7 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
         };
         let spec = specs::lookup(spec)?;
         let stored = keys[key].1.hash_get(field.inner());
-        let cell = spec.format.cell(stored.as_ref().map(|s| s.as_slice()))?;
+        let cell = crate::spec::cell(spec.format, stored.as_ref().map(|s| s.as_slice()))?;
         // A ban's state lives in the field `ban <field>` of the same hash.
         let (ban, ban_field) = match spec.ban {
             Some(ban) => {

@@ -16,7 +16,7 @@ use tollgate_core::{BanRefusal, Decision};
 use crate::ban::Banned;
 use crate::cell::AnyCell;
 use crate::error::Error;
-use crate::text::parse_u64;
+use tollgate_state::text::parse_u64;
 
 /// Rounds of "latest landing over all limits" before a reservation gives
 /// up (multi.rs's `MAX_ROUNDS`).

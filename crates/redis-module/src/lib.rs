@@ -13,12 +13,11 @@
 //!   writes, TTLs, replication of the effects, the reply; panics caught.
 //! - `decide`: the operations over a call's limits (check, probe, reserve,
 //!   next, record, release), as the script's driver runs them.
-//! - `spec`: a limit's spec words into a core algorithm and its state's
-//!   encoding; `specs`: the specs of recent calls, parsed once.
+//! - `spec`: a limit's spec words into a ban and an algorithm with its
+//!   state's encoding (the version-1 format is `tollgate-state`'s);
+//!   `specs`: the specs of recent calls, parsed once.
 //! - `ban`: a limit's ban words and its ban state's value.
 //! - `cell`: one limit and its state behind one interface.
-//! - `state`: the version-1 value of each algorithm, read and written.
-//! - `text`: strict decimal numbers and words.
 //! - `ffi`: the Redis C API where the module calls it directly.
 //! - `error`: the error replies.
 // The unit tests leave the registration out, and with it the only users of
@@ -33,8 +32,6 @@ mod error;
 mod ffi;
 mod spec;
 mod specs;
-mod state;
-mod text;
 
 /// The module's registration with Redis: its name and its commands with
 /// their key specs. The commands are registered through the C API (see

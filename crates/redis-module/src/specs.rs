@@ -49,7 +49,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::spec::AnyFormat;
+    use tollgate_state::AnyFormat;
 
     #[test]
     fn a_spec_is_parsed_once_and_found_again_and_errors_are_not_kept() {

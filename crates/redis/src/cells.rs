@@ -15,7 +15,6 @@ use std::hash::Hasher;
 use std::sync::Arc;
 
 use siphasher::sip::SipHasher13;
-use tollgate_core::algorithm::{default_step, Narrow, TokenBucket};
 use tollgate_core::{AlgorithmName, Limit, LimitKey, StoreError};
 
 use crate::limits::{Limits, Prepared};
@@ -155,50 +154,10 @@ fn ban_words(limit: &Limit) -> Option<String> {
 /// an unknown algorithm rather than deciding without the ban), then the
 /// algorithm's.
 pub(crate) fn spec(limit: &Limit) -> Result<String, StoreError> {
-    let algorithm = algorithm_spec(limit)?;
+    let algorithm = tollgate_state::algorithm_spec(limit);
     Ok(match ban_words(limit) {
         Some(ban) => format!("{ban} {algorithm}"),
         None => algorithm,
-    })
-}
-
-/// The limit's parameters as its Lua algorithm parses them (see each
-/// algorithm's file in `src/lua`).
-fn algorithm_spec(limit: &Limit) -> Result<String, StoreError> {
-    let (n, p) = (limit.rate.limit(), limit.rate.period_nanos());
-    let burst = limit.burst.unwrap_or(n);
-    let name = limit.algorithm.as_str();
-    Ok(match limit.algorithm {
-        AlgorithmName::Gcra | AlgorithmName::LeakyBucket => {
-            let common = gcd(n, p);
-            format!("{name} {} {} {burst}", n / common, p / common)
-        }
-        AlgorithmName::TokenBucket => {
-            let common = gcd(n, p);
-            // The token count's storage, as `Limit::build` picks it: a
-            // narrow one saturates where a wide one does not.
-            let storage = if TokenBucket::<Narrow>::fits(limit.rate, burst) {
-                "narrow"
-            } else {
-                "wide"
-            };
-            format!("{name} {} {} {burst} {storage}", n / common, p / common)
-        }
-        AlgorithmName::FixedWindow
-        | AlgorithmName::SlidingWindowLog
-        | AlgorithmName::SlidingWindowCounter => format!("{name} {n} {p}"),
-        AlgorithmName::SteppedWindow => {
-            let step = limit
-                .step
-                .unwrap_or_else(|| default_step(limit.rate.period()));
-            format!("{name} {n} {p} {}", step.as_nanos())
-        }
-        AlgorithmName::Concurrency => {
-            let ttl = limit
-                .lease_ttl
-                .unwrap_or(tollgate_core::limit::DEFAULT_LEASE_TTL);
-            format!("{name} {n} {}", ttl.as_nanos())
-        }
     })
 }
 

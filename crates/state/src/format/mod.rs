@@ -2,7 +2,7 @@
 //! algorithm's hash value as the Lua scripts write it, read into the core's
 //! state and written back from it.
 //!
-//! A [`Format`] is a limit as the module runs it: the core algorithm and
+//! A [`Format`] is a limit as an engine runs it: the core algorithm and
 //! whatever its value's encoding needs beyond it (a bucket's capacity in
 //! units, the room of packed rows, a log's widths). Values are read through
 //! the core's [`StateCodec`], whose decoders check every invariant, so no
@@ -20,13 +20,13 @@ use tollgate_core::algorithm::{
     TokenBucket, TokenStorage,
 };
 
-pub(crate) use log::Log;
-pub(crate) use packed::{Leases, Steps};
+pub use log::Log;
+pub use packed::{Leases, Steps};
 
 use crate::text::{exactly, parse_u128, parse_u64, push_u128, push_u64};
 
 /// A limit with its state's version-1 encoding.
-pub(crate) trait Format {
+pub trait Format {
     /// The core algorithm that decides.
     type Algorithm: Algorithm;
 
@@ -115,8 +115,8 @@ fn codec_u64(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// `gcra`: `tat`.
-#[derive(Clone, Copy)]
-pub(crate) struct GcraFormat(pub(crate) Gcra);
+#[derive(Debug, Clone, Copy)]
+pub struct GcraFormat(pub Gcra);
 
 impl Format for GcraFormat {
     type Algorithm = Gcra;
@@ -137,11 +137,12 @@ impl Format for GcraFormat {
 
 /// `token_bucket`: `missing last`, where missing is the capacity in units
 /// less the signed token count.
-#[derive(Clone, Copy)]
-pub(crate) struct TokenFormat<S: TokenStorage> {
-    pub(crate) bucket: TokenBucket<S>,
+#[derive(Debug, Clone, Copy)]
+pub struct TokenFormat<S: TokenStorage> {
+    /// The algorithm.
+    pub bucket: TokenBucket<S>,
     /// The capacity in units, `burst × p`.
-    pub(crate) capacity: u128,
+    pub capacity: u128,
 }
 
 impl<S: TokenStorage> Format for TokenFormat<S> {
@@ -182,8 +183,8 @@ impl<S: TokenStorage> Format for TokenFormat<S> {
 }
 
 /// `leaky_bucket`: `queue last`.
-#[derive(Clone, Copy)]
-pub(crate) struct LeakyFormat(pub(crate) LeakyBucket);
+#[derive(Debug, Clone, Copy)]
+pub struct LeakyFormat(pub LeakyBucket);
 
 impl Format for LeakyFormat {
     type Algorithm = LeakyBucket;
@@ -236,8 +237,8 @@ fn encode_u64s<A: StateCodec>(algorithm: &A, state: &A::State, count: usize, out
 }
 
 /// `fixed_window`: `window count`.
-#[derive(Clone, Copy)]
-pub(crate) struct FixedFormat(pub(crate) FixedWindow);
+#[derive(Debug, Clone, Copy)]
+pub struct FixedFormat(pub FixedWindow);
 
 impl Format for FixedFormat {
     type Algorithm = FixedWindow;
@@ -256,8 +257,8 @@ impl Format for FixedFormat {
 }
 
 /// `sliding_window_counter`: `window prev curr booked_until`.
-#[derive(Clone, Copy)]
-pub(crate) struct CounterFormat(pub(crate) SlidingWindowCounter);
+#[derive(Debug, Clone, Copy)]
+pub struct CounterFormat(pub SlidingWindowCounter);
 
 impl Format for CounterFormat {
     type Algorithm = SlidingWindowCounter;

@@ -92,12 +92,13 @@ fn put_rows<const K: usize>(out: &mut Vec<u8>, rows: &[[u64; K]]) {
 }
 
 /// `concurrency`: `held next_id <rows of id, expiry, cost>`.
-#[derive(Clone, Copy)]
-pub(crate) struct Leases {
-    pub(crate) concurrency: Concurrency,
+#[derive(Debug, Clone, Copy)]
+pub struct Leases {
+    /// The algorithm.
+    pub concurrency: Concurrency,
     /// Room per column: 4 × the lease TTL for ids and expiries, `N` for
     /// costs.
-    pub(crate) room: [u128; 3],
+    pub room: [u128; 3],
 }
 
 impl Format for Leases {
@@ -139,11 +140,12 @@ impl Format for Leases {
 }
 
 /// `stepped_window`: `dropped <rows of step index, running total>`.
-#[derive(Clone, Copy)]
-pub(crate) struct Steps {
-    pub(crate) window: SteppedWindow,
+#[derive(Debug, Clone, Copy)]
+pub struct Steps {
+    /// The algorithm.
+    pub window: SteppedWindow,
     /// Room per column: 4 × (P/step + 2) steps, 10 × `N` totals.
-    pub(crate) room: [u128; 2],
+    pub room: [u128; 2],
 }
 
 impl Format for Steps {

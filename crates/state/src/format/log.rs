@@ -14,18 +14,19 @@ use crate::text::{parse_u64, push_u64};
 const LIMB: u128 = 10_000_000;
 
 /// `sliding_window_log` with its widths.
-#[derive(Clone, Copy)]
-pub(crate) struct Log {
-    pub(crate) log: SlidingWindowLog,
+#[derive(Debug, Clone, Copy)]
+pub struct Log {
+    /// The algorithm.
+    pub log: SlidingWindowLog,
     /// Limbs of a mark's instant: the fewest (up to 3) with 10^(7·wa) ≥ P.
-    pub(crate) wa: usize,
+    pub wa: usize,
     /// Limbs of a mark's total: the fewest (up to 3) with 10^(7·wt) > N.
-    pub(crate) wt: usize,
+    pub wt: usize,
 }
 
 impl Log {
     /// The log of `n` per `p` ns, with the script's widths.
-    pub(crate) fn new(log: SlidingWindowLog, n: u64, p: u64) -> Log {
+    pub fn new(log: SlidingWindowLog, n: u64, p: u64) -> Log {
         let limbs = |fits: &dyn Fn(u128) -> bool| (1..=2).find(|&k| fits(modulus(k))).unwrap_or(3);
         Log {
             log,

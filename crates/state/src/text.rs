@@ -3,7 +3,7 @@
 //! without `core::fmt`.
 
 /// A decimal `u64`: one or more ASCII digits that fit.
-pub(crate) fn parse_u64(word: &[u8]) -> Option<u64> {
+pub fn parse_u64(word: &[u8]) -> Option<u64> {
     if word.is_empty() {
         return None;
     }
@@ -19,7 +19,7 @@ pub(crate) fn parse_u64(word: &[u8]) -> Option<u64> {
 }
 
 /// A decimal `u128`: one or more ASCII digits that fit.
-pub(crate) fn parse_u128(word: &[u8]) -> Option<u128> {
+pub fn parse_u128(word: &[u8]) -> Option<u128> {
     if word.is_empty() {
         return None;
     }
@@ -35,18 +35,18 @@ pub(crate) fn parse_u128(word: &[u8]) -> Option<u128> {
 }
 
 /// Appends `v` in decimal.
-pub(crate) fn push_u64(out: &mut Vec<u8>, v: u64) {
+pub fn push_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// Appends `v` in decimal.
-pub(crate) fn push_u128(out: &mut Vec<u8>, v: u128) {
+pub fn push_u128(out: &mut Vec<u8>, v: u128) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// Appends `v` in decimal, zero-padded to `width` digits (`v` has at most
 /// that many).
-pub(crate) fn push_padded(out: &mut Vec<u8>, v: u128, width: usize) {
+pub fn push_padded(out: &mut Vec<u8>, v: u128, width: usize) {
     let mut buffer = itoa::Buffer::new();
     let digits = buffer.format(v).as_bytes();
     out.resize(out.len() + width.saturating_sub(digits.len()), b'0');
@@ -65,7 +65,7 @@ const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 /// hold any `u64`). itoa writes the same digits the same way, but into a
 /// buffer of its own, to be copied: a reply's words are written back to
 /// front straight into place instead (`command`'s reply).
-pub(crate) fn put_u64_before(out: &mut [u8], mut end: usize, mut v: u64) -> usize {
+pub fn put_u64_before(out: &mut [u8], mut end: usize, mut v: u64) -> usize {
     while v >= 100 {
         let pair = usize::try_from(v % 100).unwrap_or_default() * 2;
         v /= 100;
@@ -84,19 +84,19 @@ pub(crate) fn put_u64_before(out: &mut [u8], mut end: usize, mut v: u64) -> usiz
 }
 
 /// The number of decimal digits of `v`.
-pub(crate) fn digits(v: u128) -> usize {
+pub fn digits(v: u128) -> usize {
     itoa::Buffer::new().format(v).len()
 }
 
 /// The words of a text separated by runs of ASCII whitespace, as the
 /// script's `words` splits a spec or a state.
-pub(crate) fn words(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub fn words(text: &[u8]) -> impl Iterator<Item = &[u8]> {
     text.split(u8::is_ascii_whitespace)
         .filter(|w| !w.is_empty())
 }
 
 /// Exactly `N` whitespace-separated words, or `None`.
-pub(crate) fn exactly<const N: usize>(text: &[u8]) -> Option<[&[u8]; N]> {
+pub fn exactly<const N: usize>(text: &[u8]) -> Option<[&[u8]; N]> {
     let mut out: [&[u8]; N] = [&[]; N];
     let mut all = words(text);
     for slot in &mut out {
@@ -108,7 +108,7 @@ pub(crate) fn exactly<const N: usize>(text: &[u8]) -> Option<[&[u8]; N]> {
 /// The first `count` words of `text`, each ended by one space, and what
 /// follows the last one's space (or nothing when the text ends there):
 /// the head of a packed-rows state, whose body may be empty.
-pub(crate) fn fields(text: &[u8], count: usize) -> Option<(Vec<&[u8]>, &[u8])> {
+pub fn fields(text: &[u8], count: usize) -> Option<(Vec<&[u8]>, &[u8])> {
     let mut out = Vec::with_capacity(count);
     let mut rest = text;
     for i in 0..count {
