@@ -212,16 +212,7 @@ mod tests {
     use super::*;
     use tollgate_core::time::ManualClock;
     use tollgate_core::{AlgorithmName, Limit, Rate};
-
-    fn ready<F: std::future::Future>(f: F) -> F::Output {
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
-        let mut f = std::pin::pin!(f);
-        match f.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(v) => v,
-            std::task::Poll::Pending => unreachable!("local store futures are ready at once"),
-        }
-    }
+    use tollgate_testkit::ready;
 
     #[test]
     fn one_limit_alone_is_decided_as_in_a_list_of_one() {

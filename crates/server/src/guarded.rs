@@ -291,65 +291,9 @@ mod tests {
     use tollgate_core::time::ManualClock;
     use tollgate_core::{AlgorithmName, Limit, Rate};
     use tollgate_memory::{MemoryConfig, MemoryStore};
+    use tollgate_testkit::{ready, DownStore};
 
     use super::*;
-
-    /// A shared store that is always down.
-    struct Down;
-
-    fn down<T>() -> Result<T, StoreError> {
-        Err(StoreError::Unavailable("down".into()))
-    }
-
-    impl Store for Down {
-        async fn check(
-            &self,
-            _: &[LimitKey<'_>],
-            _: Moment,
-            _: u64,
-        ) -> Result<Vec<Decision>, StoreError> {
-            down()
-        }
-        async fn reserve(
-            &self,
-            _: &[LimitKey<'_>],
-            _: Moment,
-            _: u64,
-            _: Option<Duration>,
-        ) -> Result<MultiReservation, StoreError> {
-            down()
-        }
-        async fn next_available(
-            &self,
-            _: LimitKey<'_>,
-            _: Moment,
-            _: u64,
-        ) -> Result<u64, StoreError> {
-            down()
-        }
-        async fn record(&self, _: LimitKey<'_>, _: Moment, _: u64) -> Result<u64, StoreError> {
-            down()
-        }
-        async fn release(&self, _: LimitKey<'_>, _: u64) -> Result<bool, StoreError> {
-            down()
-        }
-        async fn reset(&self, _: &[u8]) -> Result<usize, StoreError> {
-            down()
-        }
-        async fn now(&self) -> Result<u64, StoreError> {
-            down()
-        }
-    }
-
-    fn ready<F: std::future::Future>(f: F) -> F::Output {
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
-        let mut f = std::pin::pin!(f);
-        match f.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(v) => v,
-            std::task::Poll::Pending => unreachable!("these stores' futures are ready at once"),
-        }
-    }
 
     #[test]
     fn one_limit_is_decided_as_a_list_of_one_under_every_policy() {
@@ -369,7 +313,7 @@ mod tests {
                     MemoryStore::new(MemoryConfig::default()),
                     Arc::new(ManualClock::new(0)),
                 );
-                Guarded::new(Down, local, policy, Counter::default())
+                Guarded::new(DownStore::new("down"), local, policy, Counter::default())
             };
             let (listed, single) = (guarded(), guarded());
             for _ in 0..3 {

@@ -7,7 +7,7 @@
 //! [`sf_list_members`] reads rate-limit headers with a real Structured
 //! Fields parser. [`redis_module`] builds tollgate's Redis module, which
 //! [`RedisServer::start_with_module`] and [`RedisCluster::start_with_module`]
-//! load.
+//! load. [`DownStore`] and [`ready`] serve tests of code above a store.
 //!
 //! The binaries come from Debian's `redis-server` package, which
 //! `scripts/test` installs when it is missing. This crate is for tests only
@@ -15,10 +15,12 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod module;
+mod stores;
 mod structured_fields;
 mod tls;
 
 pub use module::redis_module;
+pub use stores::{ready, DownStore};
 
 pub use structured_fields::sf_list_members;
 pub use tls::TestCertificates;

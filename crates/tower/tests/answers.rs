@@ -16,6 +16,7 @@ use http::{Request, Response};
 use http_body_util::Full;
 use support::*;
 use tollgate_core::{AlgorithmName, Limit, Rate};
+use tollgate_testkit::DownStore;
 use tollgate_tower::{ClientIp, RateLimitLayer, Settings};
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -154,67 +155,6 @@ async fn retrying_after_retry_after_is_admitted_and_a_millisecond_earlier_is_not
     assert_eq!(send().await.unwrap().status(), 200, "at Retry-After");
 }
 
-/// A store that is down.
-struct DownStore;
-
-/// What `DownStore` answers to every call but `check`: a timeout.
-fn unused<T>() -> Result<T, tollgate_core::StoreError> {
-    Err(tollgate_core::StoreError::Timeout(Duration::from_millis(
-        50,
-    )))
-}
-
-impl tollgate_core::Store for DownStore {
-    async fn check(
-        &self,
-        _: &[tollgate_core::LimitKey<'_>],
-        _: tollgate_core::Moment,
-        _: u64,
-    ) -> Result<Vec<tollgate_core::Decision>, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Unavailable(
-            "connection refused".into(),
-        ))
-    }
-    async fn reserve(
-        &self,
-        _: &[tollgate_core::LimitKey<'_>],
-        _: tollgate_core::Moment,
-        _: u64,
-        _: Option<Duration>,
-    ) -> Result<tollgate_core::MultiReservation, tollgate_core::StoreError> {
-        unused()
-    }
-    async fn next_available(
-        &self,
-        _: tollgate_core::LimitKey<'_>,
-        _: tollgate_core::Moment,
-        _: u64,
-    ) -> Result<u64, tollgate_core::StoreError> {
-        unused()
-    }
-    async fn record(
-        &self,
-        _: tollgate_core::LimitKey<'_>,
-        _: tollgate_core::Moment,
-        _: u64,
-    ) -> Result<u64, tollgate_core::StoreError> {
-        unused()
-    }
-    async fn release(
-        &self,
-        _: tollgate_core::LimitKey<'_>,
-        _: u64,
-    ) -> Result<bool, tollgate_core::StoreError> {
-        unused()
-    }
-    async fn reset(&self, _: &[u8]) -> Result<usize, tollgate_core::StoreError> {
-        unused()
-    }
-    async fn now(&self) -> Result<u64, tollgate_core::StoreError> {
-        unused()
-    }
-}
-
 #[tokio::test]
 async fn a_store_that_fails_is_503_with_a_problem_body_naming_no_internals() {
     let recorder = Recorder::default();
@@ -224,9 +164,10 @@ async fn a_store_that_fails_is_503_with_a_problem_body_naming_no_internals() {
         counted.fetch_add(1, Ordering::SeqCst);
         ok(r)
     });
-    let service = RateLimitLayer::from_rules(DownStore, rules(PER_IP), "edge")
-        .with_observer(recorder.clone())
-        .layer(inner);
+    let service =
+        RateLimitLayer::from_rules(DownStore::new("connection refused"), rules(PER_IP), "edge")
+            .with_observer(recorder.clone())
+            .layer(inner);
     let response = service
         .oneshot(request("192.0.2.1:1000", "/"))
         .await

@@ -243,65 +243,14 @@ descriptors:
         assert_eq!(body["limits"][0]["remaining"], 1);
     }
 
-    /// A store that is always down.
-    struct Down;
-
-    fn down<T>() -> Result<T, tollgate_core::StoreError> {
-        Err(tollgate_core::StoreError::Unavailable("down".into()))
-    }
-
-    impl Store for Down {
-        async fn check(
-            &self,
-            _: &[tollgate_core::LimitKey<'_>],
-            _: tollgate_core::Moment,
-            _: u64,
-        ) -> Result<Vec<tollgate_core::Decision>, tollgate_core::StoreError> {
-            down()
-        }
-        async fn reserve(
-            &self,
-            _: &[tollgate_core::LimitKey<'_>],
-            _: tollgate_core::Moment,
-            _: u64,
-            _: Option<std::time::Duration>,
-        ) -> Result<tollgate_core::MultiReservation, tollgate_core::StoreError> {
-            down()
-        }
-        async fn next_available(
-            &self,
-            _: tollgate_core::LimitKey<'_>,
-            _: tollgate_core::Moment,
-            _: u64,
-        ) -> Result<u64, tollgate_core::StoreError> {
-            down()
-        }
-        async fn record(
-            &self,
-            _: tollgate_core::LimitKey<'_>,
-            _: tollgate_core::Moment,
-            _: u64,
-        ) -> Result<u64, tollgate_core::StoreError> {
-            down()
-        }
-        async fn release(
-            &self,
-            _: tollgate_core::LimitKey<'_>,
-            _: u64,
-        ) -> Result<bool, tollgate_core::StoreError> {
-            down()
-        }
-        async fn reset(&self, _: &[u8]) -> Result<usize, tollgate_core::StoreError> {
-            down()
-        }
-        async fn now(&self) -> Result<u64, tollgate_core::StoreError> {
-            down()
-        }
-    }
-
     #[tokio::test]
     async fn a_peek_on_a_store_that_is_down_is_a_503_counted_as_a_store_error() {
-        let app = App::new(Down, RuleSet::default(), None, Settings::default());
+        let app = App::new(
+            tollgate_testkit::DownStore::new("down"),
+            RuleSet::default(),
+            None,
+            Settings::default(),
+        );
         let inline = json!({"key": "k", "limit": {"algorithm": "gcra", "rate": "1/s"}});
         let response = router(app.clone())
             .oneshot(post("/v1/dashboard/peek", &inline))
