@@ -591,12 +591,17 @@ fn top_lists_the_keys_a_rule_refused_most() {
         mallory.starts_with("tg1|") && mallory.contains("mallory"),
         "{mallory}"
     );
+    assert_eq!(
+        keys[0]["descriptor"],
+        json!([{"key": "user", "value": "mallory"}]),
+        "{body}"
+    );
     let (_, first) = top("domain=api&rule=api.user&limit=1", Some("s3cret"));
     assert_eq!(first["keys"].as_array().unwrap().len(), 1);
     let (_, inline) = top("domain=&rule=inline", Some("s3cret"));
     assert_eq!(
         inline["keys"],
-        json!([{"key": "inline-key", "refused": 2, "error": 0}])
+        json!([{"key": "inline-key", "refused": 2, "error": 0, "descriptor": null}])
     );
     // The key as listed resets the descriptor's counter.
     // Every byte but letters and digits percent-encoded (the key holds

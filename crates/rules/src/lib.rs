@@ -108,6 +108,8 @@ pub use route::{
     Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
     MAX_ROUTE_TEXT,
 };
-pub use rule::{PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch};
+pub use rule::{
+    parse_counter_key, CounterKeyParts, PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch,
+};
 pub use ruleset::{LoadOptions, RuleSet, MAX_FILE_BYTES};
 pub use yaml::{MAX_DEPTH, MAX_NODES};

@@ -446,9 +446,121 @@ pub(crate) fn key_prefix(domain: &str, path: &[PathStep]) -> Vec<u8> {
     buf
 }
 
+/// A rules counter key read back into what it names (for people: the
+/// dashboard's top offenders): the domain and, for each level of the
+/// rule's path, the descriptor entry's key and the request's value (`*` on
+/// a wildcard level whose values share one counter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterKeyParts {
+    /// The rule's domain.
+    pub domain: String,
+    /// `(key, value)` per level, in path order.
+    pub entries: Vec<(String, String)>,
+}
+
+/// Reads a key written by [`Rule::write_counter_key`] back into its parts;
+/// `None` for any other bytes (an inline key, a later key version).
+///
+/// ```
+/// use tollgate_rules::parse_counter_key;
+/// let parts = parse_counter_key(b"tg1|3:api4:user?|7:mallory").unwrap();
+/// assert_eq!(parts.domain, "api");
+/// assert_eq!(parts.entries, [("user".to_owned(), "mallory".to_owned())]);
+/// assert!(parse_counter_key(b"my-inline-key").is_none());
+/// ```
+pub fn parse_counter_key(key: &[u8]) -> Option<CounterKeyParts> {
+    /// One `len:bytes` part at the start of `rest`, and what follows it.
+    fn part(rest: &[u8]) -> Option<(&str, &[u8])> {
+        let colon = rest.iter().position(|&b| b == b':')?;
+        let digits = std::str::from_utf8(&rest[..colon]).ok()?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let len: usize = digits.parse().ok()?;
+        let body = rest.get(colon + 1..)?;
+        let bytes = body.get(..len)?;
+        Some((std::str::from_utf8(bytes).ok()?, &body[len..]))
+    }
+    let rest = key.strip_prefix(b"tg1|")?;
+    let (domain, mut rest) = part(rest)?;
+    let mut keys = Vec::new();
+    loop {
+        match rest.split_first()? {
+            (b'|', after) => {
+                rest = after;
+                break;
+            }
+            _ => {
+                let (step_key, after) = part(rest)?;
+                rest = match after.split_first()? {
+                    (b'?', after) => after,
+                    (b'=' | b'*' | b'~', after) => part(after)?.1,
+                    _ => return None,
+                };
+                keys.push(step_key);
+            }
+        }
+    }
+    let mut entries = Vec::with_capacity(keys.len());
+    for step_key in keys {
+        let value = match rest.split_first()? {
+            (b'*', after) => {
+                rest = after;
+                "*"
+            }
+            _ => {
+                let (value, after) = part(rest)?;
+                rest = after;
+                value
+            }
+        };
+        entries.push((step_key.to_owned(), value.to_owned()));
+    }
+    rest.is_empty().then(|| CounterKeyParts {
+        domain: domain.to_owned(),
+        entries,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counter_keys_read_back_into_their_parts() {
+        let rules = crate::RuleSet::from_yaml(
+            "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: path\n    value: /a:b|c\n    descriptors:\n      - key: ip\n        value: 10.*\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
+            "rules.yaml",
+        )
+        .unwrap();
+        let ask = |entries: Vec<(&str, &str)>| {
+            let request = [entries];
+            let resolved = rules.resolve("api", &request).unwrap();
+            let key = resolved[0].expect("a rule applies").counter_key();
+            parse_counter_key(&key).expect("a rules key")
+        };
+        let user = ask(vec![("user", "mal|lo:ry")]);
+        assert_eq!(user.domain, "api");
+        assert_eq!(user.entries, [("user".to_owned(), "mal|lo:ry".to_owned())]);
+        let nested = ask(vec![("path", "/a:b|c"), ("ip", "10.0.0.1")]);
+        assert_eq!(
+            nested.entries,
+            [
+                ("path".to_owned(), "/a:b|c".to_owned()),
+                ("ip".to_owned(), "10.0.0.1".to_owned())
+            ]
+        );
+        for other in [
+            &b""[..],
+            b"tg1|",
+            b"tg1|3:api",
+            b"tg1|3:api4:user?|",
+            b"tg1|3:api4:user?|7:mallory!",
+            b"tg2|3:api|",
+        ] {
+            assert_eq!(parse_counter_key(other), None, "{other:?}");
+        }
+    }
 
     #[test]
     fn units_parse_in_any_case_and_have_envoy_lengths() {

@@ -37,6 +37,11 @@ pub struct AdminOptions {
     pub rules: Arc<ArcSwap<RuleSet>>,
     /// Where the rules are loaded from, if anywhere.
     pub rules_path: Option<PathBuf>,
+    /// The global shadow mode the rules are enforced under, so that the
+    /// dashboard's peek answers as the enforcement would.
+    pub shadow: bool,
+    /// The global quota mode, for the same reason.
+    pub quota_mode: bool,
 }
 
 impl AdminOptions {
@@ -46,6 +51,8 @@ impl AdminOptions {
             token,
             rules: Arc::new(ArcSwap::from_pointee(RuleSet::default())),
             rules_path: None,
+            shadow: false,
+            quota_mode: false,
         }
     }
 }
@@ -109,6 +116,8 @@ pub fn admin_router<S: Store>(
 ) -> Router {
     let settings = Settings {
         admin_token: options.token.clone(),
+        shadow: options.shadow,
+        quota_mode: options.quota_mode,
         ..Settings::default()
     };
     Router::new()
@@ -235,7 +244,7 @@ mod tests {
         ));
         let metrics = Arc::new(Metrics::new());
         for _ in 0..2 {
-            metrics.count_refusal("api", "api.user", b"rtg1|k");
+            metrics.count_refusal("api", "api.user", b"rtg1|3:api4:user?|1:k");
         }
         let router = admin_router(store, metrics, AdminOptions::new(Some("s3cret".to_owned())));
         let path = "/v1/top?domain=api&rule=api.user";
@@ -250,7 +259,12 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             body["keys"],
-            serde_json::json!([{"key": "tg1|k", "refused": 2, "error": 0}])
+            serde_json::json!([{
+                "key": "tg1|3:api4:user?|1:k",
+                "refused": 2,
+                "error": 0,
+                "descriptor": [{"key": "user", "value": "k"}],
+            }])
         );
     }
 }

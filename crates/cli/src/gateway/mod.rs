@@ -191,6 +191,8 @@ async fn serve_on<S: Store>(
                         token: config.admin_token.clone(),
                         rules: Arc::clone(&rules),
                         rules_path: config.rules.clone(),
+                        shadow: config.shadow,
+                        quota_mode: config.quota_mode,
                     },
                 );
                 tollgate_listener::serve(

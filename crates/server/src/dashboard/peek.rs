@@ -11,7 +11,7 @@
 use serde::Serialize;
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::{Limit, LimitKey, Moment, Store, StoreError};
-use tollgate_rules::check::Plan;
+use tollgate_rules::check::{over_limit, Plan};
 
 use crate::dashboard::{describe, Source};
 use crate::error::ApiError;
@@ -48,6 +48,9 @@ struct PeekLimit {
     shadow: bool,
     /// An `unlimited` rule: nothing is counted.
     unlimited: bool,
+    /// A quota rule (its own `quota_mode`, or the global quota mode): it
+    /// refuses a request only when every quota rule applying to it does.
+    quota: bool,
     /// The limit's maximum.
     limit: Option<u64>,
     /// Unit-cost requests still admitted now.
@@ -98,7 +101,8 @@ pub(crate) async fn peek<S: Store>(
         } => {
             let rules = &source.rules;
             let plan = Plan::resolve(rules, domain, descriptors, settings.shadow)
-                .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))?;
+                .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))?
+                .with_global_quota(settings.quota_mode);
             for (d, planned) in plan.descriptors().iter().enumerate() {
                 let Some(planned) = planned else {
                     limits.push(PeekLimit {
@@ -118,6 +122,7 @@ pub(crate) async fn peek<S: Store>(
                     )),
                     shadow: rule.shadow_mode() || plan.global_shadow(),
                     unlimited: rule.unlimited(),
+                    quota: plan.is_quota(rule) && !rule.shadow_mode(),
                     ..entry
                 };
                 if rule.unlimited() || rule.limits().is_empty() {
@@ -145,13 +150,22 @@ pub(crate) async fn peek<S: Store>(
             }
         }
     }
-    let allowed = limits
-        .iter()
-        .filter(|l| l.matched && !l.shadow && !l.unlimited)
-        .all(|l| match l.retry_after_ms {
-            Some(wait) => wait == 0 && l.limit != Some(0),
-            None => l.remaining.unwrap_or(0) >= cost,
-        });
+    // As a check combines verdicts: per descriptor, over when any of its
+    // rule's limits would refuse; shadow rules never count, unlimited ones
+    // are never over, and quota rules refuse only all together.
+    let would_refuse = |l: &PeekLimit| match l.retry_after_ms {
+        Some(wait) => wait > 0 || l.limit == Some(0),
+        None => l.remaining.unwrap_or(0) < cost,
+    };
+    let mut verdicts: Vec<(Option<usize>, bool, bool)> = Vec::new();
+    for l in limits.iter().filter(|l| l.matched && !l.shadow) {
+        let over = !l.unlimited && would_refuse(l);
+        match verdicts.last_mut() {
+            Some(last) if l.descriptor.is_some() && last.0 == l.descriptor => last.1 |= over,
+            _ => verdicts.push((l.descriptor, over, l.quota)),
+        }
+    }
+    let allowed = !over_limit(verdicts.iter().map(|&(_, over, quota)| (over, quota)));
     Ok(PeekBody {
         allowed,
         cost,

@@ -120,6 +120,17 @@ struct TopKey {
     refused: u64,
     /// How many of `refused` may have been other keys' (0: exact).
     error: u64,
+    /// What a rules key names, for people: the request's descriptor
+    /// entries (`*` for a wildcard level whose values share a counter);
+    /// `None` for an inline key, which is `key` itself.
+    descriptor: Option<Vec<TopEntry>>,
+}
+
+/// One entry of [`TopKey::descriptor`].
+#[derive(Serialize)]
+struct TopEntry {
+    key: String,
+    value: String,
 }
 
 /// `GET /v1/top?domain=…&rule=…&limit=…`: the keys a rule refused most
@@ -171,6 +182,13 @@ pub(crate) fn top_of(
         .top_refused(&query.domain, &query.rule, n, now_ms)
         .into_iter()
         .map(|e| TopKey {
+            descriptor: tollgate_rules::parse_counter_key(&e.key).map(|parts| {
+                parts
+                    .entries
+                    .into_iter()
+                    .map(|(key, value)| TopEntry { key, value })
+                    .collect()
+            }),
             key: String::from_utf8_lossy(&e.key).into_owned(),
             refused: e.count,
             error: e.error,

@@ -97,12 +97,15 @@ descriptors:
     const T0_NS: u64 = 1_000_000_000_000;
 
     fn app(token: Option<&str>) -> App<LocalStore> {
-        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0_NS));
-        let store = LocalStore::new(MemoryStore::new(MemoryConfig::default()), clock);
-        let settings = Settings {
+        app_with(Settings {
             admin_token: token.map(ToOwned::to_owned),
             ..Settings::default()
-        };
+        })
+    }
+
+    fn app_with(settings: Settings) -> App<LocalStore> {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0_NS));
+        let store = LocalStore::new(MemoryStore::new(MemoryConfig::default()), clock);
         let rules = RuleSet::from_yaml(RULES, "rules.yaml").unwrap();
         App::new(store, rules, None, settings)
     }
@@ -241,6 +244,51 @@ descriptors:
         assert_eq!(body["limits"][0]["descriptor"], Value::Null);
         assert_eq!(body["limits"][0]["retry_after_ms"], 0);
         assert_eq!(body["limits"][0]["remaining"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_peek_combines_verdicts_under_the_global_shadow_and_quota_modes() {
+        let both = json!({
+            "domain": "api",
+            "descriptors": [
+                {"entries": [{"key": "user", "value": "mallory"}]},
+                {"entries": [{"key": "tenant", "value": "acme"}]},
+            ],
+        });
+        let modes = [
+            // (shadow, quota mode, allowed with mallory's bucket empty)
+            (false, false, false),
+            // One quota rule of two refusing does not refuse the request.
+            (false, true, true),
+            (true, false, true),
+        ];
+        for (shadow, quota_mode, allowed) in modes {
+            let app = app_with(Settings {
+                shadow,
+                quota_mode,
+                ..Settings::default()
+            });
+            for _ in 0..4 {
+                call(&app, post("/v1/check", &user("mallory"))).await;
+            }
+            let (status, body) = call(&app, post("/v1/dashboard/peek", &both)).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert_eq!(
+                body["allowed"], allowed,
+                "shadow {shadow}, quota {quota_mode}: {body}"
+            );
+            for limit in body["limits"].as_array().unwrap() {
+                assert_eq!(limit["quota"], quota_mode, "{body}");
+                assert_eq!(limit["shadow"], shadow, "{body}");
+            }
+            assert_eq!(body["limits"][0]["remaining"], 0, "{body}");
+            // Every quota rule refusing refuses the request.
+            let (_, alone) = call(&app, post("/v1/dashboard/peek", &user("mallory"))).await;
+            assert_eq!(
+                alone["allowed"], shadow,
+                "shadow {shadow}, quota {quota_mode}: {alone}"
+            );
+        }
     }
 
     #[tokio::test]

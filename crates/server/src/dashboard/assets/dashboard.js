@@ -6,7 +6,7 @@
 
 const POLL_MS = 1000;
 const OFFENDERS = 5;
-const offenders = new Map(); // "domain\u0000rule" -> [{key, refused, error}]
+const offenders = new Map(); // "domain\u0000rule" -> [{key, refused, error, descriptor}]
 
 function esc(value) {
   return String(value).replace(/[&<>"']/g, (c) => (
@@ -75,7 +75,8 @@ function offendersOf(rule) {
   const list = offenders.get(rule.domain + "\u0000" + rule.rule);
   if (!list || list.length === 0) return '<span class="muted">—</span>';
   return '<ol class="offenders" data-rule="' + esc(rule.rule) + '">' + list.map((k) =>
-    '<li data-key="' + esc(k.key) + '"><code>' + esc(k.key) + "</code> "
+    '<li data-key="' + esc(k.key) + '"><code title="' + esc(k.key) + '">'
+    + esc(k.descriptor ? k.descriptor.map((e) => e.key + "=" + e.value).join(", ") : k.key) + "</code> "
     + '<span class="muted">' + count(k.refused) + (k.error ? " (±" + count(k.error) + ")" : "")
     + " refused</span></li>").join("") + "</ol>";
 }
@@ -239,7 +240,8 @@ function renderPeek(answer) {
       + '" data-retry-after-ms="' + esc(l.retry_after_ms) + '">'
       + "<td>" + (l.descriptor === null ? "inline" : l.descriptor + 1) + "</td>"
       + "<td><code>" + esc(l.rule || l.name || "") + "</code>"
-      + (l.shadow ? '<span class="badge shadow-rejected">shadow</span>' : "") + "</td>"
+      + (l.shadow ? '<span class="badge shadow-rejected">shadow</span>' : "")
+      + (l.quota ? '<span class="badge" title="refuses only when every quota rule of the request does">quota</span>' : "") + "</td>"
       + "<td>" + esc(l.description || "") + "</td>"
       + '<td class="num">' + (l.remaining === null ? "—" : count(l.remaining) + " of " + count(l.limit)) + "</td>"
       + '<td class="num">' + duration(l.reset_after_ms) + "</td>"
