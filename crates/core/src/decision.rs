@@ -27,6 +27,10 @@ pub struct Decision {
     /// configured failure policy (admitted without counting, or counted in
     /// this instance's memory only). Algorithms never set it.
     pub degraded: bool,
+    /// Decided from a local copy of the shared store's state (the async
+    /// sync mode, SPEC §8): the other instances' latest usage may not be
+    /// in it yet. Algorithms never set it.
+    pub asynchronous: bool,
     /// Whether a [`Ban`](crate::ban::Ban) refused the request: the one its
     /// refusal started, or one in force (for a peek: one in force).
     pub ban: Option<BanRefusal>,

@@ -16,12 +16,14 @@
 //! CA, a client certificate for mutual TLS: the `tls` module) and the mapping
 //! of Redis failures to [`StoreError`](tollgate_core::StoreError)s.
 //! It does not own the policy applied when Redis is unreachable; the server
-//! does.
+//! does. It is also the async sync mode's transport (`tollgate-sync`'s
+//! `Transport`: the `exchange` module).
 
 mod batch;
 mod cells;
 mod endpoint;
 mod engine;
+mod exchange;
 mod limits;
 mod over_limit;
 mod reply;

@@ -127,6 +127,7 @@ pub(crate) fn decisions(
             delay,
             lease,
             degraded: false,
+            asynchronous: false,
             ban,
         });
     }
@@ -175,6 +176,7 @@ mod tests {
                 delay: Duration::ZERO,
                 lease: None,
                 degraded: false,
+                asynchronous: false,
                 ban: None,
             }
         );

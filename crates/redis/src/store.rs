@@ -117,22 +117,22 @@ impl From<OpenError> for StoreError {
 /// Limiter state in Redis, shared by every tollgate instance using it.
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    connection: Connection,
-    script: redis::Script,
+pub(crate) struct Inner {
+    pub(crate) connection: Connection,
+    pub(crate) script: redis::Script,
     lean_gcra: redis::Script,
     config: RedisConfig,
     /// `config.ttl_grace` in ms, as every call sends it.
     grace_ms: String,
     limits: Limits,
     over_limit: OverLimitCache,
-    engine: EngineState,
+    pub(crate) engine: EngineState,
 }
 
-enum Connection {
+pub(crate) enum Connection {
     /// The engines' calls go through the batcher (see the `batch` module),
     /// everything else straight to the connection.
     Single(ConnectionManager, Batcher<ConnectionManager>),
@@ -141,7 +141,7 @@ enum Connection {
 
 /// A cluster connection made on first use and kept; the cluster client
 /// follows `MOVED`/`ASK` and refreshes its slot map after failovers.
-struct LazyCluster {
+pub(crate) struct LazyCluster {
     client: ClusterClient,
     live: ArcSwapOption<ClusterConnection>,
     connecting: tokio::sync::Mutex<()>,
@@ -153,7 +153,7 @@ impl LazyCluster {
         self.live.store(None);
     }
 
-    async fn get(&self) -> Result<ClusterConnection, StoreError> {
+    pub(crate) async fn get(&self) -> Result<ClusterConnection, StoreError> {
         if let Some(live) = self.live.load_full() {
             return Ok((*live).clone());
         }
@@ -180,7 +180,7 @@ fn value_text(value: &redis::Value) -> String {
     }
 }
 
-fn unavailable(error: redis::RedisError) -> StoreError {
+pub(crate) fn unavailable(error: redis::RedisError) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
@@ -254,7 +254,11 @@ impl RedisStore {
 
     /// The cells `requests` touch, under this store's prefix and prepared
     /// limits, each charged `cost`.
-    fn plan(&self, requests: &[LimitKey<'_>], cost: u64) -> Result<cells::Plan, StoreError> {
+    pub(crate) fn plan(
+        &self,
+        requests: &[LimitKey<'_>],
+        cost: u64,
+    ) -> Result<cells::Plan, StoreError> {
         cells::plan(
             &self.inner.config.key_prefix,
             &self.inner.limits,
@@ -273,7 +277,7 @@ impl RedisStore {
     }
 
     /// `future`, failed with [`StoreError::Timeout`] when it takes too long.
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         future: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
@@ -310,7 +314,7 @@ impl RedisStore {
         self.bounded(self.probe()).await
     }
 
-    async fn probe(&self) -> Result<Running, StoreError> {
+    pub(crate) async fn probe(&self) -> Result<Running, StoreError> {
         if self.inner.config.engine == Engine::Lua {
             self.inner.engine.found(Running::Lua);
             return Ok(Running::Lua);
@@ -405,16 +409,15 @@ impl RedisStore {
         .await
     }
 
-    /// `TOLLGATE.DECIDE2`: the script's words, keys first, packed into
-    /// fewer arguments (crates/redis-module): per limit its key, its field,
-    /// and its cost and spec in one; then `op at grace_ms extra` in one.
-    async fn decide_in_module(
+    /// The `TOLLGATE.DECIDE2` call of `op` over `cells` (see
+    /// [`decide_in_module`](Self::decide_in_module)).
+    pub(crate) fn module_command(
         &self,
         op: &str,
         cells: &[&Cell],
         at: Moment,
         extra: &str,
-    ) -> Result<Words, redis::RedisError> {
+    ) -> redis::Cmd {
         // Sized for its words, so that it is written without growing: the
         // name, three per cell, the last.
         let bytes = cells
@@ -445,6 +448,20 @@ impl RedisStore {
         word.push(b' ');
         word.extend_from_slice(extra.as_bytes());
         cmd.arg(word.as_slice());
+        cmd
+    }
+
+    /// `TOLLGATE.DECIDE2`: the script's words, keys first, packed into
+    /// fewer arguments (crates/redis-module): per limit its key, its field,
+    /// and its cost and spec in one; then `op at grace_ms extra` in one.
+    async fn decide_in_module(
+        &self,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+        extra: &str,
+    ) -> Result<Words, redis::RedisError> {
+        let cmd = self.module_command(op, cells, at, extra);
         // One bulk string: the script's words, separated by single spaces.
         let words: Words = match &self.inner.connection {
             Connection::Single(_, batcher) => {
@@ -517,18 +534,27 @@ impl RedisStore {
         at: Moment,
         extra: &str,
     ) -> Result<Words, StoreError> {
-        let script = &self.inner.script;
-        let call = || {
-            let mut cmd = self.evalsha(script, op, cells, at, 3);
-            cmd.arg(extra);
-            for cell in cells {
-                cmd.arg(cell.limit.field.as_bytes())
-                    .arg(cell.limit.spec.as_bytes())
-                    .arg(cell.cost);
-            }
-            cmd
-        };
-        self.invoke(script, call, cells).await
+        let call = || self.script_command(op, cells, at, extra);
+        self.invoke(&self.inner.script, call, cells).await
+    }
+
+    /// The full script's call of `op` over `cells`, with the driver's
+    /// convention (driver.lua).
+    pub(crate) fn script_command(
+        &self,
+        op: &str,
+        cells: &[&Cell],
+        at: Moment,
+        extra: &str,
+    ) -> redis::Cmd {
+        let mut cmd = self.evalsha(&self.inner.script, op, cells, at, 3);
+        cmd.arg(extra);
+        for cell in cells {
+            cmd.arg(cell.limit.field.as_bytes())
+                .arg(cell.limit.spec.as_bytes())
+                .arg(cell.cost);
+        }
+        cmd
     }
 
     /// An `EVALSHA` of `script` with what both scripts take first: the
@@ -693,7 +719,7 @@ impl RedisStore {
 
 /// Errors the script raises on purpose carry a `tollgate:` prefix; those a
 /// request causes become the memory store's errors for it.
-fn script_error(error: redis::RedisError, cells: &[&Cell]) -> StoreError {
+pub(crate) fn script_error(error: redis::RedisError, cells: &[&Cell]) -> StoreError {
     let text = error.to_string();
     if text.contains("tollgate: reservation_unsupported") {
         return StoreError::Limit(LimitError::ReservationUnsupported);

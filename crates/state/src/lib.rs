@@ -4,8 +4,9 @@
 //! into the core's state and written back from it.
 //!
 //! The Redis module (crates/redis-module) decides inside Redis on the
-//! states it reads here, and the Redis store (crates/redis) writes its
-//! limits' spec words with it. The Lua scripts (crates/redis/src/lua)
+//! states it reads here, the Redis store (crates/redis) writes its limits'
+//! spec words with it, and the async sync mode (crates/sync) reads a key's
+//! global state back into a local copy through it. The Lua scripts (crates/redis/src/lua)
 //! read and write the same bytes; the conformance suite holds the three to
 //! one another. The crate does no I/O: it turns bytes into states and back.
 //!

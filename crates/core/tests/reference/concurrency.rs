@@ -76,6 +76,7 @@ impl ConcurrencyModel {
             delay: Duration::ZERO,
             lease: if allowed && cost > 0 { lease } else { None },
             degraded: false,
+            asynchronous: false,
             ban: None,
         }
     }

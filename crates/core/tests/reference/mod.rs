@@ -109,6 +109,7 @@ pub(crate) fn expected_check<M: Model>(model: &mut M, now: u64, cost: u64) -> De
         delay: Duration::from_nanos(delay),
         lease: None,
         degraded: false,
+        asynchronous: false,
         ban: None,
     }
 }

@@ -1,0 +1,42 @@
+//! tollgate's async sync mode for a shared store (issue 22): [`SyncStore`]
+//! decides from a local copy of each key's state and shares usage through
+//! the shared store in the background.
+//!
+//! - A key a request touches is read from the shared store on its first
+//!   use (one round trip; [`Transport::exchange`] with no usage), so a new
+//!   or restarted instance starts from the global state, not a full quota.
+//! - Every decision after that is local: the core decides on the copy, and
+//!   an admitted cost is counted in the copy and kept as pending usage.
+//! - Every interval ([`SyncStore::sync`], run by [`SyncStore::spawn`]), one
+//!   batch carries every touched key's pending usage (a key asked about
+//!   since the last batch, used or not) to the shared store,
+//!   which records it at its instants (even over the limit: nothing
+//!   admitted is lost), and brings back each key's global state, which
+//!   replaces the copy, with the usage admitted here since the batch left
+//!   counted on it again. Keys nobody touched are not sent; a copy is
+//!   dropped once its state is as good as fresh and it has nothing to send.
+//! - While the shared store is unreachable, decisions stay local (marked
+//!   degraded), unsent usage stays within a bound per key (coalesced at
+//!   the later instant past it: held longer, never less) and goes with the
+//!   first batch that gets through.
+//!
+//! Limits whose usage cannot be merged (`concurrency` leases) and limits
+//! with a ban (whose strikes are per refusal, not usage) stay exact: a
+//! request that names one is decided by the shared store, all of it, as
+//! are reservations, releases and resets. docs/semantics.md ("Async sync
+//! mode") states the bound on over-admission per algorithm.
+//!
+//! # Layout
+//!
+//! - `transport`: [`Transport`], the one call the mode needs of the shared
+//!   store, and its [`Exchange`]s.
+//! - `table`: one limit's local copies and their unsent usage.
+//! - `store`: [`SyncStore`], the core's `Store` over the copies.
+
+mod store;
+mod table;
+mod transport;
+
+pub use store::{SyncConfig, SyncStats, SyncStore};
+pub use table::Usage;
+pub use transport::{Exchange, Transport, Value};

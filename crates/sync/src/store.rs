@@ -1,0 +1,614 @@
+//! [`SyncStore`]: the core's [`Store`] over local copies of the shared
+//! store's states (see the crate docs for the protocol).
+//!
+//! One lock guards every copy, held for a decision's evaluation and commit
+//! (or a batch's bookkeeping), never across an `.await`: a multi-limit
+//! check is all-or-nothing under it, as in the memory store.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tollgate_core::algorithm::Algorithm;
+use tollgate_core::time::Clock;
+use tollgate_core::{
+    AlgorithmName, Decision, Limit, LimitError, LimitKey, Moment, MultiReservation, Store,
+    StoreError, StoreStatus,
+};
+use tollgate_state::{format_of, AnyFormat, Format};
+
+use crate::table::{AnyTable, Table, Usage};
+use crate::transport::{Exchange, Transport};
+
+/// How the async sync mode runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncConfig {
+    /// How often the touched keys' usage goes to the shared store (default
+    /// 100 ms).
+    pub interval: Duration,
+    /// The most keys (limit and key pairs) held locally (default
+    /// 1,000,000); a request for a new key past it is decided by the
+    /// shared store, exactly, until copies expire.
+    pub max_keys: usize,
+    /// The most usage entries a key keeps unsent (default 1,024); past it,
+    /// usage is merged into the newest entry at the later instant.
+    pub max_pending: usize,
+    /// Unsent usage of the buckets and the sliding log within one span of
+    /// this length (aligned to the epoch) goes as one record at the later
+    /// instant (default 10 ms; zero: only equal instants): it is then held
+    /// up to this much longer, never less. The windows' usage coalesces
+    /// per window (or step) whatever this says, exactly.
+    pub coalesce: Duration,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig {
+            interval: Duration::from_millis(100),
+            max_keys: 1_000_000,
+            max_pending: 1_024,
+            coalesce: Duration::from_millis(10),
+        }
+    }
+}
+
+/// What the sync mode has done so far (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SyncStats {
+    /// Batches that reached the shared store.
+    pub batches: u64,
+    /// Batches that did not (an outage); their usage went with a later one.
+    pub failed_batches: u64,
+    /// Keys in the last batch sent.
+    pub last_batch_keys: u64,
+    /// Keys sent over all batches that reached the shared store.
+    pub keys_sent: u64,
+    /// Keys whose exchange failed on its own (a state that could not be
+    /// read, an engine that cannot record it); their usage stays unsent.
+    pub key_errors: u64,
+    /// Decisions taken locally while the shared store was unreachable.
+    pub degraded_decisions: u64,
+    /// Keys held locally now.
+    pub keys: usize,
+    /// Usage entries not yet acknowledged by the shared store.
+    pub unsent: usize,
+}
+
+/// Decides from local copies of a shared store's states and syncs them in
+/// the background: `transport` carries the batches, `exact` decides what
+/// must stay exact (see the crate docs). Cheap to clone.
+pub struct SyncStore<T, E> {
+    inner: Arc<Inner<T, E>>,
+}
+
+impl<T, E> Clone for SyncStore<T, E> {
+    fn clone(&self) -> Self {
+        SyncStore {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Inner<T, E> {
+    transport: T,
+    exact: E,
+    clock: Arc<dyn Clock>,
+    config: SyncConfig,
+    local: Mutex<Local>,
+    /// One batch at a time.
+    syncing: tokio::sync::Mutex<()>,
+    /// The last exchange failed: decisions are degraded until one passes.
+    outage: AtomicBool,
+    /// When (clock ns) the last batch that reached the shared store left,
+    /// or when the store was made.
+    synced_at: AtomicU64,
+    batches: AtomicU64,
+    failed_batches: AtomicU64,
+    last_batch_keys: AtomicU64,
+    keys_sent: AtomicU64,
+    key_errors: AtomicU64,
+    degraded_decisions: AtomicU64,
+}
+
+#[derive(Default)]
+struct Local {
+    tables: HashMap<Limit, Box<dyn AnyTable>>,
+}
+
+impl Local {
+    fn keys(&self) -> usize {
+        self.tables.values().map(|t| t.len()).sum()
+    }
+
+    /// `limit`'s table, made on first use (errors when the limit is
+    /// invalid).
+    fn table(
+        &mut self,
+        limit: &Limit,
+        config: &SyncConfig,
+    ) -> Result<&mut Box<dyn AnyTable>, StoreError> {
+        if !self.tables.contains_key(limit) {
+            let table = new_table(limit, config)?;
+            self.tables.insert(*limit, table);
+        }
+        self.tables
+            .get_mut(limit)
+            .ok_or_else(|| StoreError::Unavailable("tollgate: a sync table went missing".into()))
+    }
+}
+
+/// Whether a limit's usage can be merged: not `concurrency`, no ban.
+pub(crate) fn mergeable(limit: &Limit) -> bool {
+    limit.algorithm != AlgorithmName::Concurrency && limit.ban.is_none()
+}
+
+fn new_table(limit: &Limit, config: &SyncConfig) -> Result<Box<dyn AnyTable>, StoreError> {
+    limit.build()?;
+    let format = format_of(limit).map_err(|e| {
+        StoreError::Unavailable(format!("tollgate: no state format for {limit}: {e}"))
+    })?;
+    let period = limit.rate.period_nanos();
+    let max = config.max_pending;
+    fn boxed<F: Format + Copy + Send + 'static>(f: F, quantum: u64, max: usize) -> Box<dyn AnyTable>
+    where
+        <F::Algorithm as Algorithm>::State: Send,
+    {
+        Box::new(Table::new(f, quantum, max))
+    }
+    // Usage in one window (or step) counts the same at any instant in it:
+    // it coalesces exactly. Elsewhere within `coalesce`.
+    let span = u64::try_from(config.coalesce.as_nanos()).unwrap_or(u64::MAX);
+    Ok(match format {
+        AnyFormat::Fixed(f) => boxed(f, period, max),
+        AnyFormat::Counter(f) => boxed(f, period, max),
+        AnyFormat::Steps(f) => {
+            let step = u64::try_from(f.window.step().as_nanos()).unwrap_or(u64::MAX);
+            boxed(f, step, max)
+        }
+        AnyFormat::Gcra(f) => boxed(f, span, max),
+        AnyFormat::TokenNarrow(f) => boxed(f, span, max),
+        AnyFormat::TokenWide(f) => boxed(f, span, max),
+        AnyFormat::Leaky(f) => boxed(f, span, max),
+        AnyFormat::Log(f) => boxed(f, span, max),
+        AnyFormat::Leases(_) => {
+            return Err(LimitError::Option {
+                option: "sync",
+                algorithm: AlgorithmName::Concurrency,
+            }
+            .into())
+        }
+    })
+}
+
+impl<T: Transport, E: Store> SyncStore<T, E> {
+    /// Local copies synced through `transport`, `exact` deciding what stays
+    /// exact, `clock` telling the time of local decisions.
+    pub fn new(transport: T, exact: E, clock: Arc<dyn Clock>, config: SyncConfig) -> Self {
+        let now = clock.now();
+        SyncStore {
+            inner: Arc::new(Inner {
+                transport,
+                exact,
+                clock,
+                config,
+                local: Mutex::new(Local::default()),
+                syncing: tokio::sync::Mutex::new(()),
+                outage: AtomicBool::new(false),
+                synced_at: AtomicU64::new(now),
+                batches: AtomicU64::new(0),
+                failed_batches: AtomicU64::new(0),
+                last_batch_keys: AtomicU64::new(0),
+                keys_sent: AtomicU64::new(0),
+                key_errors: AtomicU64::new(0),
+                degraded_decisions: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> SyncConfig {
+        self.inner.config
+    }
+
+    /// The store deciding what stays exact.
+    pub fn exact(&self) -> &E {
+        &self.inner.exact
+    }
+
+    /// What the mode has done so far.
+    pub fn stats(&self) -> SyncStats {
+        let (keys, unsent) = {
+            let local = self.inner.local.lock();
+            (
+                local.keys(),
+                local.tables.values().map(|t| t.unsent()).sum(),
+            )
+        };
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SyncStats {
+            batches: load(&self.inner.batches),
+            failed_batches: load(&self.inner.failed_batches),
+            last_batch_keys: load(&self.inner.last_batch_keys),
+            keys_sent: load(&self.inner.keys_sent),
+            key_errors: load(&self.inner.key_errors),
+            degraded_decisions: load(&self.inner.degraded_decisions),
+            keys,
+            unsent,
+        }
+    }
+
+    /// How old the global state behind the local copies is: the time since
+    /// the last batch that reached the shared store left (since the store
+    /// was made, before any).
+    pub fn lag(&self) -> Duration {
+        let now = self.inner.clock.now();
+        Duration::from_nanos(now.saturating_sub(self.inner.synced_at.load(Ordering::Relaxed)))
+    }
+
+    /// Whether requests against `limit` are decided locally.
+    pub fn is_async(&self, limit: &Limit) -> bool {
+        mergeable(limit)
+    }
+
+    /// Runs [`sync`](Self::sync) every interval until the task is aborted.
+    /// Must be called inside a tokio runtime.
+    pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(store.inner.config.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if let Err(error) = store.sync().await {
+                    tracing::warn!(%error, "sync batch did not reach the shared store; deciding locally");
+                }
+            }
+        })
+    }
+
+    /// One batch: every touched key's pending usage to the shared store,
+    /// its global state back into the copy. Returns how many keys went;
+    /// an error when the batch did not get through (its usage goes with
+    /// the next one). Copies as good as fresh with nothing to send are
+    /// dropped first.
+    pub async fn sync(&self) -> Result<usize, StoreError> {
+        let _one_at_a_time = self.inner.syncing.lock().await;
+        let started = self.inner.clock.now();
+        let mut sent: Vec<(Limit, Vec<u8>, Vec<Usage>)> = Vec::new();
+        {
+            let mut local = self.inner.local.lock();
+            let mut keys = Vec::new();
+            for (limit, table) in &mut local.tables {
+                table.sweep(started);
+                keys.clear();
+                table.send(&mut keys);
+                sent.extend(keys.drain(..).map(|(key, usage)| (*limit, key, usage)));
+            }
+            local.tables.retain(|_, t| t.len() > 0);
+        }
+        self.inner
+            .last_batch_keys
+            .store(sent.len() as u64, Ordering::Relaxed);
+        if sent.is_empty() {
+            self.inner.synced_at.store(started, Ordering::Relaxed);
+            return Ok(0);
+        }
+        let batch: Vec<Exchange<'_>> = sent
+            .iter()
+            .map(|(limit, key, usage)| Exchange { limit, key, usage })
+            .collect();
+        let result = match self.inner.transport.exchange(&batch).await {
+            Ok(values) if values.len() == batch.len() => Ok(values),
+            Ok(values) => Err(StoreError::Unavailable(format!(
+                "tollgate: {} values for a batch of {} keys",
+                values.len(),
+                batch.len()
+            ))),
+            Err(error) => Err(error),
+        };
+        let mut local = self.inner.local.lock();
+        match result {
+            Ok(values) => {
+                for ((limit, key, _), value) in sent.iter().zip(values) {
+                    let Some(table) = local.tables.get_mut(limit) else {
+                        continue;
+                    };
+                    let merged = match value {
+                        Ok(value) => table
+                            .merge(key, value.as_deref())
+                            .map_err(|e| e.to_string()),
+                        Err(error) => {
+                            table.restore(key);
+                            Err(error.to_string())
+                        }
+                    };
+                    if let Err(error) = merged {
+                        self.inner.key_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%error, limit = %limit, "a key's usage was not synced; kept to send again");
+                    }
+                }
+                self.inner.outage.store(false, Ordering::Relaxed);
+                self.inner.synced_at.store(started, Ordering::Relaxed);
+                self.inner.batches.fetch_add(1, Ordering::Relaxed);
+                self.inner
+                    .keys_sent
+                    .fetch_add(sent.len() as u64, Ordering::Relaxed);
+                Ok(sent.len())
+            }
+            Err(error) => {
+                for (limit, key, _) in &sent {
+                    if let Some(table) = local.tables.get_mut(limit) {
+                        table.restore(key);
+                    }
+                }
+                self.inner.outage.store(true, Ordering::Relaxed);
+                self.inner.failed_batches.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    fn now(&self, at: Moment) -> u64 {
+        match at {
+            Moment::Now => self.inner.clock.now(),
+            Moment::At(ns) => ns,
+        }
+    }
+
+    /// Makes sure every (limit, key) of `requests` has a local copy,
+    /// reading the missing ones from the shared store in one exchange (a
+    /// fresh copy, degraded, when it cannot be reached). `false` when the
+    /// copies would pass [`SyncConfig::max_keys`]: the request goes exact.
+    async fn load(&self, requests: &[LimitKey<'_>], now: u64) -> Result<bool, StoreError> {
+        let missing: Vec<(Limit, Vec<u8>)> = {
+            let mut local = self.inner.local.lock();
+            let mut missing: Vec<(Limit, Vec<u8>)> = Vec::new();
+            for request in requests {
+                let table = local.table(request.limit, &self.inner.config)?;
+                if !table.has(request.key)
+                    && !missing
+                        .iter()
+                        .any(|(l, k)| l == request.limit && k == request.key)
+                {
+                    missing.push((*request.limit, request.key.to_vec()));
+                }
+            }
+            if missing.is_empty() {
+                return Ok(true);
+            }
+            if local.keys() + missing.len() > self.inner.config.max_keys {
+                for table in local.tables.values_mut() {
+                    table.sweep(now);
+                }
+                if local.keys() + missing.len() > self.inner.config.max_keys {
+                    return Ok(false);
+                }
+            }
+            missing
+        };
+        let batch: Vec<Exchange<'_>> = missing
+            .iter()
+            .map(|(limit, key)| Exchange {
+                limit,
+                key,
+                usage: &[],
+            })
+            .collect();
+        let values = self.inner.transport.exchange(&batch).await;
+        let mut local = self.inner.local.lock();
+        let mut failure = None;
+        for (i, (limit, key)) in missing.iter().enumerate() {
+            let value = match &values {
+                Ok(values) => values.get(i).cloned().unwrap_or(Ok(None)),
+                Err(error) => Err(error.clone()),
+            };
+            let table = local.table(limit, &self.inner.config)?;
+            match value {
+                Ok(value) => {
+                    if let Err(error) = table.install(key, value.as_deref()) {
+                        failure = Some(StoreError::Unavailable(format!(
+                            "tollgate: the state of {limit} in the shared store: {error}"
+                        )));
+                    }
+                }
+                Err(StoreError::Limit(error)) => failure = Some(StoreError::Limit(error)),
+                Err(_) => {
+                    // Unreachable: decide from a fresh copy; the next batch
+                    // that gets through brings the global state.
+                    self.inner.outage.store(true, Ordering::Relaxed);
+                    table.install(key, None).ok();
+                }
+            }
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(true),
+        }
+    }
+
+    fn degraded(&self) -> bool {
+        let degraded = self.inner.outage.load(Ordering::Relaxed);
+        if degraded {
+            self.inner
+                .degraded_decisions
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        degraded
+    }
+
+    /// The local decision for `requests` at `now`, all-or-nothing.
+    fn decide(
+        &self,
+        requests: &[LimitKey<'_>],
+        now: u64,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        // The same key of the same limit twice is one cell, summed cost.
+        let mut cells: Vec<(usize, u64)> = Vec::with_capacity(requests.len());
+        let mut of_request = Vec::with_capacity(requests.len());
+        for (i, request) in requests.iter().enumerate() {
+            match cells.iter().position(|&(j, _)| {
+                requests[j].limit == request.limit && requests[j].key == request.key
+            }) {
+                Some(c) => {
+                    cells[c].1 = cells[c].1.saturating_add(cost);
+                    of_request.push(c);
+                }
+                None => {
+                    of_request.push(cells.len());
+                    cells.push((i, cost));
+                }
+            }
+        }
+        let degraded = self.degraded();
+        let mut local = self.inner.local.lock();
+        let mut decisions = Vec::with_capacity(cells.len());
+        for &(i, cell_cost) in &cells {
+            let request = &requests[i];
+            let table = local.table(request.limit, &self.inner.config)?;
+            let capacity = table.capacity();
+            if cell_cost > capacity {
+                return Err(LimitError::CostTooLarge {
+                    cost: cell_cost,
+                    capacity,
+                }
+                .into());
+            }
+            let mut decision = table.evaluate(request.key, now, cell_cost);
+            decision.degraded = degraded;
+            decision.asynchronous = true;
+            decisions.push(decision);
+        }
+        if cost > 0 && decisions.iter().all(|d| d.allowed) {
+            for &(i, cell_cost) in &cells {
+                let request = &requests[i];
+                local
+                    .table(request.limit, &self.inner.config)?
+                    .commit(request.key, now, cell_cost);
+            }
+        }
+        Ok(of_request.iter().map(|&c| decisions[c]).collect())
+    }
+}
+
+impl<T: Transport, E: Store> Store for SyncStore<T, E> {
+    async fn check(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !requests.iter().all(|r| self.is_async(r.limit)) {
+            return self.inner.exact.check(requests, at, cost).await;
+        }
+        let now = self.now(at);
+        if !self.load(requests, now).await? {
+            return self.inner.exact.check(requests, at, cost).await;
+        }
+        self.decide(requests, now, cost)
+    }
+
+    /// Reservations book time slots ahead in the shared store: exact.
+    fn reserve(
+        &self,
+        requests: &[LimitKey<'_>],
+        at: Moment,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> impl Future<Output = Result<MultiReservation, StoreError>> + Send {
+        self.inner.exact.reserve(requests, at, cost, max_wait)
+    }
+
+    async fn next_available(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        if !self.is_async(request.limit) {
+            return self.inner.exact.next_available(request, at, cost).await;
+        }
+        let now = self.now(at);
+        if !self.load(&[request], now).await? {
+            return self.inner.exact.next_available(request, at, cost).await;
+        }
+        let mut local = self.inner.local.lock();
+        let table = local.table(request.limit, &self.inner.config)?;
+        if cost > table.capacity() {
+            return Err(LimitError::CostTooLarge {
+                cost,
+                capacity: table.capacity(),
+            }
+            .into());
+        }
+        if cost == 0 {
+            return Ok(now);
+        }
+        Ok(table.next_available(request.key, now, cost))
+    }
+
+    async fn record(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<u64, StoreError> {
+        if !self.is_async(request.limit) {
+            return self.inner.exact.record(request, at, cost).await;
+        }
+        let now = self.now(at);
+        if !self.load(&[request], now).await? {
+            return self.inner.exact.record(request, at, cost).await;
+        }
+        let mut local = self.inner.local.lock();
+        let table = local.table(request.limit, &self.inner.config)?;
+        Ok(table.record(request.key, now, cost))
+    }
+
+    fn release(
+        &self,
+        request: LimitKey<'_>,
+        lease: u64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner.exact.release(request, lease)
+    }
+
+    /// Resets the key in the shared store and drops its local copies with
+    /// their unsent usage.
+    async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
+        let held = self.inner.exact.reset(key).await?;
+        let mut local = self.inner.local.lock();
+        let mut dropped = 0;
+        for table in local.tables.values_mut() {
+            dropped += usize::from(table.forget(key));
+        }
+        Ok(held.max(dropped))
+    }
+
+    /// The local clock: decisions here are taken on it.
+    async fn now(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.clock.now())
+    }
+
+    fn engine(&self) -> Option<&'static str> {
+        self.inner.exact.engine()
+    }
+
+    /// Ready when the shared store is; degraded (deciding locally) when it
+    /// is not.
+    async fn status(&self) -> StoreStatus {
+        match self.inner.exact.status().await {
+            StoreStatus::Ready => StoreStatus::Ready,
+            StoreStatus::Degraded(reason) | StoreStatus::Unavailable(reason) => {
+                StoreStatus::Degraded(format!("deciding locally (async sync mode): {reason}"))
+            }
+        }
+    }
+}
