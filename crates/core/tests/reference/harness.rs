@@ -67,34 +67,57 @@ where
     let mut admitted = Vec::new();
     for (i, e) in trace.iter().enumerate() {
         now += e.dt;
-        if e.cost > alg.capacity() {
-            assert_cost_too_large(alg, &mut state, now, e.cost)?;
-            continue;
-        }
-        prop_assert_eq!(
-            alg.next_available(&state, now, e.cost),
-            model.first_admit(now, e.cost),
-            "next_available, event {} at {} cost {}",
-            i,
-            now,
-            e.cost
-        );
-        let expected = expected_check(&mut model, now, e.cost);
-        let got = check(alg, &mut state, now, e.cost)?;
-        prop_assert_eq!(
-            got,
-            expected,
-            "event {} at {} cost {}, state {:?}",
-            i,
-            now,
-            e.cost,
-            state
-        );
-        if got.allowed && e.cost > 0 {
-            admitted.push((now, e.cost));
+        let step = format!("event {i}");
+        if let Some(got) = check_step(alg, &mut state, &mut model, now, e.cost, &step)? {
+            if got.allowed && e.cost > 0 {
+                admitted.push((now, e.cost));
+            }
         }
     }
     Ok(admitted)
+}
+
+/// One check of a trace: a cost above capacity is refused everywhere
+/// (`None`); otherwise `next_available` and then the decision equal the
+/// model's, and the decision is returned. `step` names it in failures.
+fn check_step<A, M>(
+    alg: &A,
+    state: &mut A::State,
+    model: &mut M,
+    now: u64,
+    cost: u64,
+    step: &str,
+) -> Result<Option<Decision>, TestCaseError>
+where
+    A: Algorithm,
+    A::State: PartialEq,
+    M: Model,
+{
+    if cost > alg.capacity() {
+        assert_cost_too_large(alg, state, now, cost)?;
+        return Ok(None);
+    }
+    prop_assert_eq!(
+        alg.next_available(state, now, cost),
+        model.first_admit(now, cost),
+        "next_available, {} at {} cost {}",
+        step,
+        now,
+        cost
+    );
+    let before = state.clone();
+    let expected = expected_check(model, now, cost);
+    let got = check(alg, state, now, cost)?;
+    prop_assert_eq!(
+        got,
+        expected,
+        "{} at {} cost {}, state before {:?}",
+        step,
+        now,
+        cost,
+        before
+    );
+    Ok(Some(got))
 }
 
 /// Property 3: a rejected request is admitted at `now + retry_after` and not
@@ -377,30 +400,11 @@ where
             }
             RecordOp::Check(e) => {
                 now += e.dt;
-                if e.cost > alg.capacity() {
-                    assert_cost_too_large(alg, &mut state, now, e.cost)?;
-                    continue;
-                }
-                prop_assert_eq!(
-                    alg.next_available(&state, now, e.cost),
-                    model.first_admit(now, e.cost),
-                    "next_available, op {} at {} cost {}",
-                    i,
-                    now,
-                    e.cost
-                );
                 let before = state.clone();
-                let expected = expected_check(&mut model, now, e.cost);
-                let got = check(alg, &mut state, now, e.cost)?;
-                prop_assert_eq!(
-                    got,
-                    expected,
-                    "op {} at {} cost {}, state {:?}",
-                    i,
-                    now,
-                    e.cost,
-                    before
-                );
+                let step = format!("op {i}");
+                let Some(got) = check_step(alg, &mut state, &mut model, now, e.cost, &step)? else {
+                    continue;
+                };
                 if !got.allowed {
                     let retry = u64::try_from(got.retry_after.as_nanos()).expect("retry fits");
                     let at = |t: u64| check(alg, &mut before.clone(), t, e.cost).map(|d| d.allowed);
