@@ -334,6 +334,28 @@ impl<A: Algorithm> Algorithm for Banned<A> {
         self.limit.release(&mut state.limit, lease)
     }
 
+    /// Refunds as the limit does; a ban stands.
+    fn refund(
+        &self,
+        state: &mut Self::State,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        self.limit.refund(&mut state.limit, admitted_at, now, cost)
+    }
+
+    /// Charges as the limit does: no strike.
+    fn charge(
+        &self,
+        state: &mut Self::State,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        self.limit.charge(&mut state.limit, admitted_at, now, cost)
+    }
+
     /// Records as the limit does: a recorded call was already made, banned
     /// or not, and is no strike.
     fn record(&self, state: &mut Self::State, at: u64, cost: u64) -> Option<u64> {

@@ -141,6 +141,23 @@ impl Algorithm for FixedWindow {
         Some(self.count_in(state, window))
     }
 
+    /// Into the window the request was counted in, while the state still
+    /// holds it and it has not ended; dropped otherwise.
+    fn refund(
+        &self,
+        state: &mut FixedWindowState,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let window = self.per_p.floor(admitted_at);
+        if state.window != window || self.per_p.floor(now) > window {
+            return Some(false);
+        }
+        state.count -= cost.min(state.count);
+        Some(true)
+    }
+
     fn expires_at(&self, state: &FixedWindowState) -> u64 {
         if state.count == 0 {
             0

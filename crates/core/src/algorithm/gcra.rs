@@ -163,6 +163,28 @@ impl Algorithm for Gcra {
         Some(self.math.tokens_for(tat.saturating_sub(tn)))
     }
 
+    /// The theoretical arrival time moves back by the refunded emission
+    /// intervals, never before `now` (a full bucket).
+    fn refund(
+        &self,
+        state: &mut GcraState,
+        _admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let tn = self.scaled(now);
+        if state.tat > tn {
+            state.tat = state.tat.saturating_sub(self.math.units(cost)).max(tn);
+        }
+        Some(true)
+    }
+
+    /// Taken at the admission, as if the request had cost that much:
+    /// possibly into debt.
+    fn charge(&self, state: &mut GcraState, admitted_at: u64, _now: u64, cost: u64) -> Option<u64> {
+        self.record(state, admitted_at, cost)
+    }
+
     fn expires_at(&self, state: &GcraState) -> u64 {
         let tat = state.tat;
         u64::try_from(tat.div_ceil(u128::from(self.math.n))).unwrap_or(u64::MAX)

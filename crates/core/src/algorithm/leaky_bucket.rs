@@ -156,6 +156,32 @@ impl Algorithm for LeakyBucket {
         Some(self.math.tokens_for(level))
     }
 
+    /// Out of the queue at `now`, never below an empty queue.
+    fn refund(
+        &self,
+        state: &mut LeakyBucketState,
+        _admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let at = now.max(state.last);
+        state.queue = self.level(state, at).saturating_sub(self.math.units(cost));
+        state.last = at;
+        Some(true)
+    }
+
+    /// Queued at the admission (or the state's last change, when later),
+    /// as if the request had cost that much: possibly beyond the burst.
+    fn charge(
+        &self,
+        state: &mut LeakyBucketState,
+        admitted_at: u64,
+        _now: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        self.record(state, admitted_at.max(state.last), cost)
+    }
+
     fn expires_at(&self, state: &LeakyBucketState) -> u64 {
         let queue = state.queue;
         state.last.saturating_add(self.math.nanos_for(queue))

@@ -53,6 +53,21 @@ pub struct Slot {
     pub wait: u64,
 }
 
+/// What [`Algorithm::settle`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The actual cost was the estimate: nothing changed.
+    Exact,
+    /// The difference was counted (possibly into debt).
+    Charged,
+    /// The difference was refunded, or `dropped` when what the request was
+    /// counted in no longer counts (a window that has ended).
+    Refunded {
+        /// Whether the refund was dropped rather than given back.
+        dropped: bool,
+    },
+}
+
 /// One rate-limiting algorithm with its validated parameters.
 ///
 /// Implementations are pure: they read `now` from their arguments and change
@@ -152,6 +167,86 @@ pub trait Algorithm: Send + Sync + 'static {
     /// ```
     fn record(&self, _state: &mut Self::State, _at: u64, _cost: u64) -> Option<u64> {
         None
+    }
+
+    /// Gives back `cost` of a request admitted at `admitted_at`, at `now`
+    /// (the cheaper side of [`settle`](Self::settle)). Returns `Some(true)`
+    /// when the cost went back into the state, `Some(false)` when the
+    /// refund was dropped because what the request was counted in no
+    /// longer counts (a window that has ended), and `None` when the
+    /// algorithm takes no refunds (`concurrency`). A refund never leaves a
+    /// state that admits more than one that never saw the request: at most
+    /// a full bucket, never into a window that has ended.
+    fn refund(
+        &self,
+        _state: &mut Self::State,
+        _admitted_at: u64,
+        _now: u64,
+        _cost: u64,
+    ) -> Option<bool> {
+        None
+    }
+
+    /// Counts `cost` more for a request admitted at `admitted_at`, at
+    /// `now`, whatever the limit says (the dearer side of
+    /// [`settle`](Self::settle)): a forced [`record`](Self::record), so it
+    /// may leave the key in debt. It lands where a request counted at
+    /// `admitted_at` is counted when that still counts, so that a settled
+    /// check decides as a check of the actual cost would have; the windows
+    /// count it in the current window otherwise. `None` when the algorithm
+    /// does not record (`concurrency`).
+    fn charge(
+        &self,
+        state: &mut Self::State,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        let _ = admitted_at;
+        self.record(state, now, cost)
+    }
+
+    /// Settles a request admitted at `admitted_at` with cost `estimate`
+    /// whose actual cost turned out to be `actual`: charges `actual −
+    /// estimate` more ([`charge`](Self::charge), which may create a debt)
+    /// or refunds `estimate − actual` ([`refund`](Self::refund)). `None`
+    /// when the algorithm cannot settle (`concurrency`: release the lease
+    /// instead). The rule per algorithm is in docs/semantics.md
+    /// ("Settling a cost").
+    ///
+    /// ```
+    /// use tollgate_core::algorithm::{Algorithm, FixedWindow, Settled};
+    /// use tollgate_core::time::NANOS_PER_SEC as S;
+    /// use tollgate_core::Rate;
+    ///
+    /// // 10 a minute; a request estimated at 8 used 3.
+    /// let window = FixedWindow::new(Rate::per_minute(10).unwrap());
+    /// let mut state = window.new_state();
+    /// assert!(window.check(&mut state, S, 8).unwrap().allowed);
+    /// assert!(!window.check(&mut state, 2 * S, 7).unwrap().allowed);
+    /// let settled = window.settle(&mut state, S, 3 * S, 8, 3);
+    /// assert_eq!(settled, Some(Settled::Refunded { dropped: false }));
+    /// assert!(window.check(&mut state, 4 * S, 7).unwrap().allowed);
+    /// ```
+    fn settle(
+        &self,
+        state: &mut Self::State,
+        admitted_at: u64,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+    ) -> Option<Settled> {
+        match actual.cmp(&estimate) {
+            std::cmp::Ordering::Greater => self
+                .charge(state, admitted_at, now, actual - estimate)
+                .map(|_| Settled::Charged),
+            std::cmp::Ordering::Less => self
+                .refund(state, admitted_at, now, estimate - actual)
+                .map(|applied| Settled::Refunded { dropped: !applied }),
+            // Nothing to change (a record of cost 0 writes nothing), but
+            // only where settling is possible at all.
+            std::cmp::Ordering::Equal => self.record(state, now, 0).map(|_| Settled::Exact),
+        }
     }
 
     /// Heap bytes the state owns beyond its own size.

@@ -207,6 +207,28 @@ impl RunningTotals {
         }
     }
 
+    /// Takes up to `cost` off the mark at exactly `position` (a refund of
+    /// what was counted there), removing the mark when nothing is left in
+    /// it; returns whether such a mark was there. Nothing changes when
+    /// there is none: its costs have left, or were folded into a later
+    /// mark while the limit refused anyway.
+    pub(crate) fn take_at(&mut self, position: u64, cost: u64) -> bool {
+        let Ok(index) = self.marks.binary_search_by_key(&position, |m| m.at) else {
+            return false;
+        };
+        let own = self.marks[index].total - self.total_before(index);
+        let taken = cost.min(own);
+        if taken == own {
+            self.marks.remove(index);
+        }
+        if taken > 0 {
+            for mark in self.marks.iter_mut_from(index) {
+                mark.total -= taken;
+            }
+        }
+        true
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.marks.heap_bytes()
     }

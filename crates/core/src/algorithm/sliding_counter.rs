@@ -208,6 +208,31 @@ impl Algorithm for SlidingWindowCounter {
         Some(self.weighted(prev, t - start).saturating_add(curr))
     }
 
+    /// Into the window the request was counted in while that window
+    /// still weighs in decisions (the current one or, weighted, the
+    /// previous one); dropped once it has ended for good.
+    fn refund(
+        &self,
+        state: &mut SlidingWindowCounterState,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let window = self.per_p.floor(admitted_at);
+        if self.per_p.floor(now) > window.saturating_add(1) {
+            return Some(false);
+        }
+        let count = if state.window == window {
+            &mut state.curr
+        } else if window.saturating_add(1) == state.window {
+            &mut state.prev
+        } else {
+            return Some(false);
+        };
+        *count -= cost.min(*count);
+        Some(true)
+    }
+
     fn expires_at(&self, state: &SlidingWindowCounterState) -> u64 {
         self.quiet_from(state.window, state.prev, state.curr)
             .max(state.booked_until)

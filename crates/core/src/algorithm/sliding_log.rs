@@ -186,6 +186,42 @@ impl Algorithm for SlidingWindowLog {
         Some(self.count_inside(state, newest))
     }
 
+    /// Off the request's mark while it is still in the window ending at
+    /// `now` (or at the newest mark); dropped once it has left, or when
+    /// its cost was folded into a later mark (only ever while the log
+    /// refused anyway).
+    fn refund(
+        &self,
+        state: &mut SlidingWindowLogState,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let newest = state.log.newest().map_or(now, |e| e.at.max(now));
+        if admitted_at < self.window_start(newest) {
+            return Some(false);
+        }
+        Some(state.log.take_at(admitted_at, cost))
+    }
+
+    /// At the request's mark while it is still in the window, as if the
+    /// request had cost that much; at `now` once it has left.
+    fn charge(
+        &self,
+        state: &mut SlidingWindowLogState,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        let newest = state.log.newest().map_or(now, |e| e.at.max(now));
+        let at = if admitted_at < self.window_start(newest) {
+            now
+        } else {
+            admitted_at
+        };
+        self.record(state, at, cost)
+    }
+
     fn heap_bytes(&self, state: &SlidingWindowLogState) -> usize {
         state.log.heap_bytes()
     }

@@ -124,6 +124,17 @@ impl SteppedWindow {
     }
 
     /// The requests counted at `t` (steps after `t`'s are not yet reached).
+    /// The oldest step that still counts in the window ending at `now`,
+    /// or at the newest step when that is later.
+    fn oldest_in_play(&self, state: &SteppedWindowState, now: u64) -> u64 {
+        let now_step = self.per_step.floor(now);
+        let newest = state
+            .steps
+            .newest()
+            .map_or(now_step, |s| s.at.max(now_step));
+        self.oldest_touching_step(newest)
+    }
+
     fn count_at(&self, state: &SteppedWindowState, t: u64) -> u64 {
         state.steps.count_from(self.oldest_touching(t))
     }
@@ -300,6 +311,41 @@ impl Algorithm for SteppedWindow {
             .newest()
             .map_or(0, |s| s.at.saturating_mul(self.step));
         Some(self.count_at(state, at.max(newest_start)))
+    }
+
+    /// Off the request's step while that step is still in the window
+    /// ending at `now` (or at the newest step); dropped once it has left.
+    fn refund(
+        &self,
+        state: &mut SteppedWindowState,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let step = self.per_step.floor(admitted_at);
+        if step < self.oldest_in_play(state, now) {
+            return Some(false);
+        }
+        Some(state.steps.take_at(step, cost))
+    }
+
+    /// In the request's step while that step is still in the window, as
+    /// if the request had cost that much; in `now`'s step once it has
+    /// left.
+    fn charge(
+        &self,
+        state: &mut SteppedWindowState,
+        admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        let step = self.per_step.floor(admitted_at);
+        let at = if step < self.oldest_in_play(state, now) {
+            now
+        } else {
+            admitted_at
+        };
+        self.record(state, at, cost)
     }
 
     fn heap_bytes(&self, state: &SteppedWindowState) -> usize {

@@ -260,6 +260,37 @@ impl<S: TokenStorage> Algorithm for TokenBucket<S> {
         Some(self.math.tokens_for(to_unsigned(missing)))
     }
 
+    /// Tokens back at `now`, never above a full bucket.
+    fn refund(
+        &self,
+        state: &mut TokenBucketState<S>,
+        _admitted_at: u64,
+        now: u64,
+        cost: u64,
+    ) -> Option<bool> {
+        let (tokens, at) = self.refilled(state, now);
+        let cap = to_signed(self.math.capacity());
+        state.tokens = S::store(
+            tokens
+                .saturating_add(to_signed(self.math.units(cost)))
+                .min(cap),
+        );
+        state.last = at;
+        Some(true)
+    }
+
+    /// Taken at the admission (or the state's last change, when later), as
+    /// if the request had cost that much: possibly into debt.
+    fn charge(
+        &self,
+        state: &mut TokenBucketState<S>,
+        admitted_at: u64,
+        _now: u64,
+        cost: u64,
+    ) -> Option<u64> {
+        self.record(state, admitted_at, cost)
+    }
+
     fn expires_at(&self, state: &TokenBucketState<S>) -> u64 {
         let missing = to_signed(self.math.capacity()) - state.tokens.load();
         state
