@@ -302,9 +302,18 @@ impl Algorithm for SteppedWindow {
     /// newest step's start, whichever is later; it saturates at
     /// `u64::MAX / 2`.
     fn record(&self, state: &mut SteppedWindowState, at: u64, cost: u64) -> Option<u64> {
-        if cost > 0 {
+        let step = self.per_step.floor(at);
+        let newest = state.steps.newest().map_or(step, |s| s.at.max(step));
+        let oldest = self.oldest_touching_step(newest);
+        if cost > 0 && step >= oldest {
+            // The steps that can touch no window go first, so that what
+            // they held takes no room from this cost: a state that has
+            // expired then records as a new one does.
+            state.steps.drop_before(oldest);
             let cost = cost.min(state.steps.make_room());
-            self.count_usage(state, at, cost);
+            if cost > 0 {
+                state.steps.add(step, cost);
+            }
         }
         let newest_start = state
             .steps
@@ -368,6 +377,23 @@ impl StateCodec for SteppedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_after_a_saturating_one_has_left_the_window_counts() {
+        let rate = Rate::from_nanos(10, 4_000 * NANOS_PER_MS).unwrap();
+        let w = SteppedWindow::new(rate, Some(Duration::from_secs(1))).unwrap();
+        let mut state = w.new_state();
+        let s = 1_000 * NANOS_PER_MS;
+        assert_eq!(w.record(&mut state, 0, u64::MAX), Some(u64::MAX / 2));
+        // That step left the window at 5 s: the state is as good as new,
+        // and records as a new one does.
+        assert_eq!(w.expires_at(&state), 5 * s);
+        assert_eq!(w.record(&mut state, 6 * s, 1), Some(1));
+        assert_eq!(w.record(&mut state, 6 * s, 1), Some(2));
+        let mut fresh = w.new_state();
+        w.record(&mut fresh, 6 * s, 2);
+        assert_eq!(state, fresh);
+    }
 
     #[test]
     fn oldest_touching_matches_its_definition() {
