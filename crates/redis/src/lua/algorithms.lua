@@ -14,7 +14,11 @@
 --   book(L, st, now, slot, cost)
 --   expires_at(L, st)              when the state is as good as new
 --   release(L, st, lease)          optional (concurrency): true when held
---   record(L, st, now, cost)       optional (stepped_window): the count
+--   record(L, st, now, cost)       every algorithm but concurrency: counts
+--                                  cost whatever the limit says and returns
+--                                  the usage held (the core's
+--                                  Algorithm::record); built only for a
+--                                  `record` call (RECORDING)
 -- Every number is a bigint (see bigint.lua).
 --
 -- Redis runs the whole script from its top level on every call, so the top
@@ -26,6 +30,10 @@
 
 local LOADERS = {}
 local ALG = {}
+
+-- Whether this call records usage: the loaders define `record` only then,
+-- so that a check or a probe builds no function it does not run.
+local RECORDING = ARGV[1] == 'record'
 
 -- The algorithm called name, built on first use; nil when there is none.
 local function algorithm(name)

@@ -38,5 +38,21 @@ local bucket_math = lazy(function()
     return B.sat64(B.div_ceil(units, L.n))
   end
 
+  if RECORDING then
+    -- Whole tokens needed to make up `units`, rounded up, saturating at
+    -- u64::MAX: the usage a record reports.
+    function BUCKET.tokens_for(L, units)
+      return B.sat64(B.div_ceil(units, L.p))
+    end
+
+    -- bucket.rs MOST_UNITS (u128::MAX >> 2): the most units of debt or of
+    -- queue a record leaves.
+    local most
+    function BUCKET.most_units()
+      if most == nil then most = B.parse('85070591730234615865843651857942052863') end
+      return most
+    end
+  end
+
   return BUCKET
 end)

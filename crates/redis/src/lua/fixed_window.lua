@@ -101,5 +101,22 @@ function LOADERS.fixed_window()
     return window_end(L, st.window)
   end
 
+  if RECORDING then
+    -- FixedWindow::record: cost added to the count of at's window, beyond
+    -- n if need be (refused until the window ends); usage in a window older
+    -- than the state's is ignored. The count saturates at u64::MAX - n.
+    -- Returns the count of the later of the two windows.
+    function fixed_window.record(L, st, at, cost)
+      local window = B.div_floor(at, L.p)
+      if B.cmp(window, st.window) < 0 then return st.count end
+      if not B.is_zero(cost) then
+        local most = B.sub(B.U64_MAX, L.n)
+        st.count = B.min(B.add(count_in(st, window), cost), most)
+        st.window = window
+      end
+      return count_in(st, window)
+    end
+  end
+
   return fixed_window
 end

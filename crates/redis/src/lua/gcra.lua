@@ -77,5 +77,28 @@ function LOADERS.gcra()
     return B.sat64(B.div_ceil(st.tat, L.n))
   end
 
+  if RECORDING then
+    local BUCKET = bucket_math()
+    local U128_MAX = B.parse('340282366920938463463374607431768211455')
+
+    -- Gcra::record: the TAT moves on by cost emission intervals from `at`
+    -- (or from the TAT, when later), past the burst's tolerance if need be:
+    -- the TAT beyond at + burst intervals is a debt, paid back exactly when
+    -- the token bucket's would be. The TAT stops at MOST_UNITS past `at`
+    -- (or where it was) and at u128::MAX, as in Rust. Returns the whole
+    -- intervals between `at` and the TAT, rounded up.
+    function gcra.record(L, st, at, cost)
+      local tn = B.mul(at, L.n)
+      local tat = st.tat
+      if not B.is_zero(cost) then
+        local most = B.min(B.add(tn, BUCKET.most_units()), U128_MAX)
+        local moved = B.min(B.add(B.max(tat, tn), B.mul(cost, L.p)), U128_MAX)
+        tat = B.min(moved, B.max(most, tat))
+        st.tat = tat
+      end
+      return BUCKET.tokens_for(L, B.sub(tat, tn))
+    end
+  end
+
   return gcra
 end

@@ -81,5 +81,21 @@ function LOADERS.leaky_bucket()
     return B.sat64(B.add(st.last, BUCKET.nanos_for(L, st.queue)))
   end
 
+  if RECORDING then
+    -- LeakyBucket::record: cost joins the queue at `at`, beyond the
+    -- capacity if need be; the level above it drains at the same rate. The
+    -- level stops at MOST_UNITS. Returns the whole requests queued, rounded
+    -- up.
+    function leaky_bucket.record(L, st, at, cost)
+      local queue = level(L, st, at)
+      if not B.is_zero(cost) then
+        queue = B.min(B.add(queue, BUCKET.units(L, cost)), BUCKET.most_units())
+        st.queue = queue
+        st.last = at
+      end
+      return BUCKET.tokens_for(L, queue)
+    end
+  end
+
   return leaky_bucket
 end

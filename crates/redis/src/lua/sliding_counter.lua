@@ -139,5 +139,32 @@ function LOADERS.sliding_window_counter()
     st.booked_until = B.max(st.booked_until, slot.at)
   end
 
+  if RECORDING then
+    -- SlidingWindowCounter::record: cost added to the count of at's window
+    -- (the state's, a later one, or the one before the state's), beyond n if
+    -- need be; older usage is ignored. Counts saturate at (u64::MAX - n) / 2.
+    -- Returns the weighted count at `at`, or at the start of the state's
+    -- window when that is later.
+    function sliding_window_counter.record(L, st, at, cost)
+      local window = B.div_floor(at, L.p)
+      if not B.is_zero(cost) then
+        local most = B.div_floor(B.sub(B.U64_MAX, L.n), B.num(2))
+        if B.cmp(window, st.window) >= 0 then
+          local prev, curr = swc_counts(st, window)
+          st.window = window
+          st.prev = prev
+          st.curr = B.min(B.add(curr, cost), most)
+        elseif B.cmp(B.add(window, B.ONE), st.window) == 0 then
+          st.prev = B.min(B.add(st.prev, cost), most)
+        end
+      end
+      local t = B.max(at, B.sat64(B.mul(st.window, L.p)))
+      local w = B.div_floor(t, L.p)
+      local prev, curr = swc_counts(st, w)
+      local start = B.sat64(B.mul(w, L.p))
+      return B.sat64(B.add(swc_weighted(L, prev, B.sub(t, start)), curr))
+    end
+  end
+
   return sliding_window_counter
 end

@@ -357,5 +357,80 @@ function LOADERS.sliding_window_log()
     sliding_window_log.commit(L, st, slot.at, cost)
   end
 
+  if RECORDING then
+    local HALF_U64 = B.parse('9223372036854775807')
+
+    -- RunningTotals::make_room: the totals rebased on the oldest mark
+    -- (dropped becomes 0: only differences count), and how much more they
+    -- can take before u64::MAX / 2, which a record takes at most. Every
+    -- mark's residue changes, so every mark is written anew, with the
+    -- widths a writer picks for the rebased log.
+    local function make_room(L, st)
+      local base = st.dropped
+      if not B.is_zero(base) then
+        st.dropped = B.ZERO
+        if st.hi >= st.lo then
+          local marks = {}
+          for i = st.lo, st.hi do
+            marks[#marks + 1] = { at_of(st, i), B.sub(total_of(st, i), base) }
+          end
+          local newest = marks[#marks]
+          local wa, wt = L.wa, L.wt
+          if B.cmp(B.sub(newest[1], marks[1][1]), LOG_MODULI[wa]) >= 0
+              or B.cmp(newest[2], LOG_MODULI[wt]) >= 0 then
+            wa, wt = 3, 3
+          end
+          st.newest_at, st.newest_total, st.wa, st.wt = newest[1], newest[2], wa, wt
+          st.lo, st.hi = 1, #marks
+          local parts = { header(st) }
+          for _, m in ipairs(marks) do
+            parts[#parts + 1] = pack_residue(m[1], wa) .. pack_residue(m[2], wt)
+          end
+          st.text = table.concat(parts)
+          st.off = #parts[1]
+        end
+        st.dirty = true
+      end
+      return B.sub(HALF_U64, log_total(st))
+    end
+
+    -- RunningTotals::fold_beyond: keeps only the newest marks that hold
+    -- more than `limit` together; the older ones fold into the oldest kept
+    -- mark, whose running total already counts them (dropped stays).
+    local function fold_beyond(st, limit)
+      local total = log_total(st)
+      if B.cmp(total, limit) <= 0 then return end
+      local keep_from = B.sub(total, limit)
+      local first = partition_point(st, function(j)
+        return B.cmp(total_of(st, j), keep_from) < 0
+      end)
+      if first > st.lo then
+        st.lo = first
+        st.dirty = true
+      end
+    end
+
+    -- SlidingWindowLog::record: cost logged at `at`, beyond n if need be;
+    -- usage before the window of the newest mark is ignored. Once the marks
+    -- hold more than n, older marks fold into the newest mark that, with
+    -- those after it, still holds more than n (at most n + 1 marks stay).
+    -- Returns the count in the window ending at `at` or at the newest mark,
+    -- whichever is later.
+    function sliding_window_log.record(L, st, at, cost)
+      local newest = newest_at(st)
+      if newest == nil then newest = at else newest = B.max(newest, at) end
+      local start = window_start(L, newest)
+      if not B.is_zero(cost) and B.cmp(at, start) >= 0 then
+        drop_before(st, start)
+        cost = B.min(cost, make_room(L, st))
+        if not B.is_zero(cost) then
+          add(L, st, at, cost)
+          fold_beyond(st, L.n)
+        end
+      end
+      return count_inside(L, st, newest)
+    end
+  end
+
   return sliding_window_log
 end

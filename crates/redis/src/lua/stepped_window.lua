@@ -1,8 +1,8 @@
 -- stepped_window: the Databox stepped sliding window; a port of
 -- tollgate-core's algorithm/stepped_window.rs over the running totals of
--- algorithm/running_totals.rs, and of tollgate-memory's keyed.rs for
--- `record` (count a call already made, even over the limit, and return the
--- count in the window ending at max(at, the newest step's start)).
+-- algorithm/running_totals.rs, `record` included (count a call already
+-- made, even over the limit, and return the count in the window ending at
+-- max(at, the newest step's start)).
 --
 -- Time is cut into epoch-aligned steps of `step` ns; a step counts while
 -- any part of it lies in (t - P, t] (the conservative rule). The state is
@@ -245,11 +245,49 @@ function LOADERS.stepped_window()
     record(L, st, slot.at, cost)
   end
 
-  function sw.record(L, st, now, cost)
-    record(L, st, now, cost)
-    -- expires_at is the end of the newest step plus P.
-    local newest_start = B.sub(B.sub(sw.expires_at(L, st), L.p), L.step)
-    return count_at(L, st, B.max(now, newest_start))
+  if RECORDING then
+    local HALF_U64 = B.parse('9223372036854775807')
+
+    -- RunningTotals::make_room: the totals rebased on the oldest mark
+    -- (dropped becomes 0: only differences count), and how much more they
+    -- can take before u64::MAX / 2, which a record takes at most.
+    local function make_room(st)
+      if not B.is_zero(st.dropped) then
+        local base = st.dropped
+        local marks = st.marks
+        if B.cmp(marks.base[TOTAL], base) >= 0 then
+          -- Every stored field is a distance from the column's base.
+          marks.base[TOTAL] = B.sub(marks.base[TOTAL], base)
+        else
+          local rows = Packed.rows(marks)
+          for i, r in ipairs(rows) do
+            rows[i] = { r[AT], B.sub(r[TOTAL], base) }
+          end
+          Packed.assign(marks, rows)
+        end
+        st.dropped = B.ZERO
+      end
+      return B.sub(HALF_U64, total(st))
+    end
+
+    -- SteppedWindow::record: counts cost at `now` whatever the limit says
+    -- (at most what make_room leaves once the steps that can touch no
+    -- window have gone) and returns the count in the window ending at `now`
+    -- or at the newest step's start, whichever is later.
+    function sw.record(L, st, now, cost)
+      local step = (div_step(L, now))
+      local newest = newest_at(st)
+      if newest == nil then newest = step else newest = B.max(newest, step) end
+      local oldest = oldest_touching_step(L, newest)
+      if not B.is_zero(cost) and B.cmp(step, oldest) >= 0 then
+        drop_before(st, oldest)
+        cost = B.min(cost, make_room(st))
+        if not B.is_zero(cost) then add(st, step, cost) end
+      end
+      local newest_start = B.ZERO
+      if newest_at(st) ~= nil then newest_start = B.sat64(B.mul(newest_at(st), L.step)) end
+      return count_at(L, st, B.max(now, newest_start))
+    end
   end
 
   return sw

@@ -101,5 +101,26 @@ function LOADERS.token_bucket()
     return B.sat64(B.add(st.last, BUCKET.nanos_for(L, st.missing)))
   end
 
+  if RECORDING then
+    -- TokenBucket::record: cost tokens taken at `at` (or at the last
+    -- refill, when that is later), below zero if need be: `missing` beyond
+    -- the capacity is the debt, refilled like any missing token. The Rust
+    -- count stops at -MOST_UNITS (bucket.rs), and a narrow one at i64::MIN
+    -- (max_missing). Returns the whole tokens missing, rounded up.
+    function token_bucket.record(L, st, at, cost)
+      local missing, t = refilled(L, st, at)
+      if not B.is_zero(cost) then
+        local most = B.add(L.cap, BUCKET.most_units())
+        missing = B.min(B.add(missing, BUCKET.units(L, cost)), most)
+        if L.max_missing ~= nil then
+          missing = B.min(missing, L.max_missing)
+        end
+        st.missing = missing
+        st.last = t
+      end
+      return BUCKET.tokens_for(L, missing)
+    end
+  end
+
   return token_bucket
 end
