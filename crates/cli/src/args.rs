@@ -204,6 +204,16 @@ pub struct StoreArgs {
     /// Memory store cap in bytes [default: 268435456].
     #[arg(long, env = "TOLLGATE_MEMORY_MAX_BYTES")]
     pub memory_max_bytes: Option<usize>,
+    /// How instances share limits on a shared store: `exact` (every
+    /// decision in the store) or `async` (decide from a local copy of each
+    /// key, share usage in one batch per `--sync-interval`; over-admission
+    /// bounded as docs/semantics.md says) [default: exact].
+    #[arg(long, env = "TOLLGATE_SYNC")]
+    pub sync: Option<String>,
+    /// How often `--sync async` sends the touched keys' usage and takes
+    /// back their global state, e.g. `100ms`, `1s` [default: 100ms].
+    #[arg(long, env = "TOLLGATE_SYNC_INTERVAL")]
+    pub sync_interval: Option<String>,
 }
 
 /// `tollgate gateway`.

@@ -158,6 +158,7 @@ pub struct Metrics {
     store_errors: Counter,
     memory_used: Gauge,
     memory_unstored: Counter,
+    sync: SyncMetrics,
     redis_engine: Family<EngineLabels, Gauge>,
     connections_open: Family<ListenerLabels, Gauge>,
     connections_rejected: Family<ListenerLabels, Counter>,
@@ -341,6 +342,7 @@ impl Metrics {
             store_errors: Counter::default(),
             memory_used: Gauge::default(),
             memory_unstored: Counter::default(),
+            sync: SyncMetrics::default(),
             redis_engine: Family::default(),
             connections_open: Family::default(),
             connections_rejected: Family::default(),
@@ -670,6 +672,59 @@ impl Metrics {
         self
     }
 
+    /// Registers the async sync mode's metrics (`--sync async`):
+    /// `tollgate_sync_lag_seconds`, `tollgate_sync_batches_total`,
+    /// `tollgate_sync_failed_batches_total`, `tollgate_sync_batch_keys`,
+    /// `tollgate_sync_unsent` and `tollgate_sync_degraded_decisions_total`;
+    /// [`set_sync`](Self::set_sync) keeps them.
+    pub fn with_sync(mut self) -> Metrics {
+        let sync = &self.sync;
+        self.registry.register(
+            "sync_lag_seconds",
+            "Age of the global state behind the local copies: time since the last sync batch that reached the shared store left",
+            sync.lag.clone(),
+        );
+        self.registry.register(
+            "sync_batches",
+            "Sync batches that reached the shared store",
+            sync.batches.clone(),
+        );
+        self.registry.register(
+            "sync_failed_batches",
+            "Sync batches that did not reach the shared store (their usage goes with a later one)",
+            sync.failed_batches.clone(),
+        );
+        self.registry.register(
+            "sync_batch_keys",
+            "Keys in the last sync batch",
+            sync.batch_keys.clone(),
+        );
+        self.registry.register(
+            "sync_unsent",
+            "Usage entries the shared store has not acknowledged yet",
+            sync.unsent.clone(),
+        );
+        self.registry.register(
+            "sync_degraded_decisions",
+            "Decisions taken from local copies while the shared store was unreachable",
+            sync.degraded.clone(),
+        );
+        self
+    }
+
+    /// Brings the sync metrics to `figures` (the sync mode's own totals).
+    pub fn set_sync(&self, figures: &SyncFigures) {
+        let sync = &self.sync;
+        sync.lag.set(figures.lag.as_secs_f64());
+        catch_up(&sync.batches, figures.batches);
+        catch_up(&sync.failed_batches, figures.failed_batches);
+        catch_up(&sync.degraded, figures.degraded_decisions);
+        sync.batch_keys
+            .set(i64::try_from(figures.batch_keys).unwrap_or(i64::MAX));
+        sync.unsent
+            .set(i64::try_from(figures.unsent).unwrap_or(i64::MAX));
+    }
+
     /// The kind of store decisions go to.
     pub fn store_kind(&self) -> &'static str {
         self.store_kind
@@ -782,6 +837,43 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The async sync mode's figures, as [`Metrics::set_sync`] takes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SyncFigures {
+    /// Time since the last batch that reached the shared store left.
+    pub lag: Duration,
+    /// Batches that reached the shared store, so far.
+    pub batches: u64,
+    /// Batches that did not, so far.
+    pub failed_batches: u64,
+    /// Keys in the last batch.
+    pub batch_keys: u64,
+    /// Usage entries not acknowledged yet.
+    pub unsent: u64,
+    /// Decisions taken locally while the shared store was unreachable, so
+    /// far.
+    pub degraded_decisions: u64,
+}
+
+/// The sync mode's series (registered by [`Metrics::with_sync`]).
+#[derive(Default)]
+struct SyncMetrics {
+    lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    batches: Counter,
+    failed_batches: Counter,
+    batch_keys: Gauge,
+    unsent: Gauge,
+    degraded: Counter,
+}
+
+/// Brings a counter up to `total` (it never goes down).
+fn catch_up(counter: &Counter, total: u64) {
+    let counted = counter.get();
+    if total > counted {
+        counter.inc_by(total - counted);
     }
 }
 

@@ -152,6 +152,10 @@ pub struct DecisionFields {
     /// The store could not be asked; the failure policy decided (SPEC §8).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub degraded: bool,
+    /// `"async"` when decided from a local copy in the async sync mode
+    /// (SPEC §8); absent when the store decided exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync: Option<&'static str>,
 }
 
 impl DecisionFields {
@@ -166,6 +170,7 @@ impl DecisionFields {
             delay_ms: nanos_to_ms_ceil(duration_nanos(decision.delay)),
             lease: decision.lease,
             degraded: decision.degraded,
+            sync: decision.asynchronous.then_some("async"),
         }
     }
 
@@ -180,6 +185,7 @@ impl DecisionFields {
             delay_ms: 0,
             lease: None,
             degraded: false,
+            sync: None,
         }
     }
 }
@@ -290,6 +296,11 @@ fn write_fields(out: &mut Vec<u8>, fields: &DecisionFields) {
     }
     if fields.degraded {
         out.extend_from_slice(b",\"degraded\":true");
+    }
+    if let Some(sync) = fields.sync {
+        out.extend_from_slice(b",\"sync\":\"");
+        out.extend_from_slice(sync.as_bytes());
+        out.push(b'"');
     }
 }
 
@@ -434,6 +445,7 @@ mod tests {
             delay_ms: n % 4,
             lease: (n % 3 == 1).then_some(n << 40),
             degraded: n.is_multiple_of(7),
+            sync: n.is_multiple_of(4).then_some("async"),
         }
     }
 

@@ -89,6 +89,11 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
             served
         }
         StoreChoice::Redis(shared) => {
+            if shared.sync.is_some() {
+                anyhow::bail!(
+                    "sync async is available for `tollgate serve` only so far; the gateway decides exactly on Redis (drop --sync / TOLLGATE_SYNC / sync)"
+                );
+            }
             let (store, fallback) =
                 store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
             let housekeeping = store::housekeeping(fallback, gauge);

@@ -36,6 +36,8 @@ struct ConfigFile {
     redis_tls_cert: Option<PathBuf>,
     redis_tls_key: Option<PathBuf>,
     memory_max_bytes: Option<usize>,
+    sync: Option<String>,
+    sync_interval: Option<String>,
     header_read_timeout: Option<String>,
     body_read_timeout: Option<String>,
     idle_timeout: Option<String>,
@@ -68,6 +70,8 @@ impl ConfigFile {
             redis_tls_cert: self.redis_tls_cert.take(),
             redis_tls_key: self.redis_tls_key.take(),
             memory_max_bytes: self.memory_max_bytes.take(),
+            sync: self.sync.take(),
+            sync_interval: self.sync_interval.take(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! `tollgate serve`: wiring only. Reads the settings, loads the rules,
-//! builds the store (memory, or Redis under its failure policy), starts the
+//! builds the store (memory, or Redis under its failure policy, with local
+//! copies in front of it and their sync loop in async sync mode), starts the
 //! rules watcher and the memory store's housekeeping,
 //! serves the HTTP API until SIGTERM or SIGINT, then finishes the requests
 //! in flight.
@@ -16,10 +17,13 @@ use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::Store;
 use tollgate_memory::{LocalStore, MemoryStore};
+use tollgate_redis::RedisStore;
 use tollgate_rules::watch::{RulesWatcher, WatchOptions};
 use tollgate_rules::{LoadOptions, RuleSet};
-use tollgate_server::metrics::Metrics;
+use tollgate_server::guarded::Guarded;
+use tollgate_server::metrics::{Metrics, SyncFigures};
 use tollgate_server::App;
+use tollgate_sync::{SyncConfig, SyncStore};
 
 use crate::args::ServeArgs;
 use crate::logging;
@@ -116,24 +120,90 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
 }
 
 /// A shared Redis store under the failure policy, with a local memory
-/// store for the `local` policy.
+/// store for the `local` policy; in async sync mode, local copies in front
+/// of it.
 async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) -> Result<()> {
-    let metrics = Metrics::new()
+    let mut metrics = Metrics::new()
         .with_values_per_rule(config.metric_values_per_rule)
         .with_store_kind("redis");
+    if shared.sync.is_some() {
+        metrics = metrics.with_sync();
+    }
     let (store, fallback) = store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
-    let app = App::with_metrics(
+    let Some(interval) = shared.sync else {
+        let app = App::with_metrics(
+            store,
+            rules,
+            config.rules.clone(),
+            config.settings.clone(),
+            metrics,
+        );
+        let housekeeping = store::housekeeping(fallback, gauge(&app));
+        let served = run_servers(app, &config).await;
+        housekeeping.abort();
+        tracing::info!("stopped");
+        return served;
+    };
+    let redis = store.primary().clone();
+    let sync = SyncStore::new(
+        redis,
         store,
+        Arc::new(SystemClock::new()),
+        SyncConfig {
+            interval,
+            ..SyncConfig::default()
+        },
+    );
+    let app = App::with_metrics(
+        sync.clone(),
         rules,
         config.rules.clone(),
         config.settings.clone(),
         metrics,
     );
+    tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
     let housekeeping = store::housekeeping(fallback, gauge(&app));
-    let served = run_servers(app, &config).await;
+    let syncing = tokio::spawn(sync_loop(sync.clone(), app.clone(), interval));
+    let served = run_servers(app.clone(), &config).await;
     housekeeping.abort();
+    syncing.abort();
+    // The usage admitted since the last batch: one more, so that a
+    // graceful stop loses none.
+    if let Err(error) = sync.sync().await {
+        tracing::warn!(%error, "the last sync batch did not reach the shared store");
+    }
+    report_sync(&sync, &app);
     tracing::info!("stopped");
     served
+}
+
+/// The async sync mode's store on Redis.
+type Synced = SyncStore<RedisStore, Guarded<RedisStore>>;
+
+/// One sync batch every `interval`, its figures into the metrics.
+async fn sync_loop(sync: Synced, app: App<Synced>, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if let Err(error) = sync.sync().await {
+            tracing::warn!(%error, "a sync batch did not reach the shared store; deciding locally");
+        }
+        report_sync(&sync, &app);
+    }
+}
+
+fn report_sync(sync: &Synced, app: &App<Synced>) {
+    let stats = sync.stats();
+    app.metrics().set_sync(&SyncFigures {
+        lag: sync.lag(),
+        batches: stats.batches,
+        failed_batches: stats.failed_batches,
+        batch_keys: stats.last_batch_keys,
+        unsent: stats.unsent as u64,
+        degraded_decisions: stats.degraded_decisions,
+    });
 }
 
 /// Watches the rules and serves HTTP and gRPC until a shutdown signal.

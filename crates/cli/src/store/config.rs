@@ -10,6 +10,9 @@ use tollgate_redis::{Endpoint, Engine, RedisConfig};
 use tollgate_server::guarded::OnStoreError;
 
 use crate::args::StoreArgs;
+
+/// How often `--sync async` syncs when nothing says.
+pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 use crate::config_file::ConfigError;
 
 /// The store keys of a config file. Each subcommand's file declares them
@@ -37,6 +40,10 @@ pub struct StoreFile {
     pub redis_tls_key: Option<PathBuf>,
     /// `memory_max_bytes`.
     pub memory_max_bytes: Option<usize>,
+    /// `sync`.
+    pub sync: Option<String>,
+    /// `sync_interval`.
+    pub sync_interval: Option<String>,
 }
 
 /// Where limiter state lives.
@@ -69,6 +76,9 @@ pub struct SharedStore {
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM file).
     pub tls_key: Option<PathBuf>,
+    /// How instances share it: `None` for exact, or the async mode's
+    /// interval.
+    pub sync: Option<Duration>,
 }
 
 /// Validated store settings.
@@ -101,8 +111,35 @@ impl StoreConfig {
         let tls_ca = args.redis_tls_ca.clone().or(file.redis_tls_ca);
         let tls_cert = args.redis_tls_cert.clone().or(file.redis_tls_cert);
         let tls_key = args.redis_tls_key.clone().or(file.redis_tls_key);
+        let sync_interval = match args.sync_interval.clone().or(file.sync_interval) {
+            Some(text) => {
+                let interval = tollgate_core::rate::parse_duration(&text)
+                    .map_err(|e| ConfigError::Invalid(format!("sync_interval: {e}")))?;
+                if interval.is_zero() {
+                    return Err(ConfigError::Invalid(
+                        "sync_interval must be positive".into(),
+                    ));
+                }
+                interval
+            }
+            None => DEFAULT_SYNC_INTERVAL,
+        };
+        let sync = match args.sync.clone().or(file.sync).as_deref() {
+            None | Some("exact") => None,
+            Some("async") => Some(sync_interval),
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "sync: {other:?} is not a sync mode (expected exact or async)"
+                )))
+            }
+        };
         let choice = match args.store.clone().or(file.store).as_deref() {
             None | Some("memory") => {
+                if sync.is_some() {
+                    return Err(ConfigError::Invalid(
+                        "sync async needs a shared store (redis://…), not memory".into(),
+                    ));
+                }
                 if tls_ca.is_some() || tls_cert.is_some() || tls_key.is_some() {
                     return Err(ConfigError::Invalid(
                         "redis_tls_ca, redis_tls_cert and redis_tls_key need a rediss:// store, not memory".into(),
@@ -134,6 +171,7 @@ impl StoreConfig {
                 tls_ca,
                 tls_cert,
                 tls_key,
+                sync,
             }),
         };
         Ok(StoreConfig {
@@ -173,6 +211,41 @@ mod tests {
         assert_eq!(shared.tls_cert, Some(PathBuf::from("/flag/client.pem")));
         assert_eq!(shared.tls_key, Some(PathBuf::from("/flag/client.key")));
         assert_eq!(shared.on_error, OnStoreError::Local);
+        assert_eq!(shared.sync, None, "exact by default");
+    }
+
+    #[test]
+    fn the_sync_mode_and_interval_come_from_flags_over_the_file() {
+        let file = StoreFile {
+            store: Some("redis://redis:6379".into()),
+            sync: Some("async".into()),
+            sync_interval: Some("1s".into()),
+            ..StoreFile::default()
+        };
+        let resolve =
+            |args: &StoreArgs, file| match StoreConfig::resolve(args, file).unwrap().choice {
+                StoreChoice::Redis(shared) => shared.sync,
+                StoreChoice::Memory => panic!("a Redis store"),
+            };
+        assert_eq!(
+            resolve(&StoreArgs::default(), file),
+            Some(Duration::from_secs(1))
+        );
+        let args = StoreArgs {
+            store: Some("redis://redis:6379".into()),
+            sync: Some("async".into()),
+            ..StoreArgs::default()
+        };
+        assert_eq!(
+            resolve(&args, StoreFile::default()),
+            Some(DEFAULT_SYNC_INTERVAL)
+        );
+        let exact = StoreArgs {
+            sync: Some("exact".into()),
+            sync_interval: Some("250ms".into()),
+            ..args
+        };
+        assert_eq!(resolve(&exact, StoreFile::default()), None);
     }
 
     #[test]
@@ -213,6 +286,30 @@ mod tests {
                     ..StoreArgs::default()
                 },
                 "shrug",
+            ),
+            (
+                StoreArgs {
+                    store: Some("redis://h:1".into()),
+                    sync: Some("eventually".into()),
+                    ..StoreArgs::default()
+                },
+                "eventually",
+            ),
+            (
+                StoreArgs {
+                    store: Some("redis://h:1".into()),
+                    sync: Some("async".into()),
+                    sync_interval: Some("0ms".into()),
+                    ..StoreArgs::default()
+                },
+                "sync_interval",
+            ),
+            (
+                StoreArgs {
+                    sync: Some("async".into()),
+                    ..StoreArgs::default()
+                },
+                "shared store",
             ),
         ];
         for (args, part) in cases {
