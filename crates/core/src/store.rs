@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::algorithm::Settled;
 use crate::decision::Decision;
 use crate::limit::{Limit, LimitError};
 
@@ -65,12 +66,16 @@ pub enum StoreError {
     /// The store did not answer within the configured time.
     #[error("store did not answer within {0:?}")]
     Timeout(Duration),
+    /// The store does not implement this operation (yet); the operation's
+    /// name. Nothing was changed.
+    #[error("this store does not support {0}")]
+    Unsupported(&'static str),
 }
 
 impl StoreError {
     /// Whether the error is the store's fault rather than the request's.
     pub fn is_outage(&self) -> bool {
-        !matches!(self, StoreError::Limit(_))
+        !matches!(self, StoreError::Limit(_) | StoreError::Unsupported(_))
     }
 }
 
@@ -150,6 +155,25 @@ pub trait Store: Send + Sync + 'static {
         at: Moment,
         cost: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Settles a request admitted at `admitted_at` (ns since the epoch)
+    /// with cost `estimate` whose actual cost is `actual`, at `at`: charges
+    /// the difference (possibly into debt) or refunds it
+    /// ([`Algorithm::settle`](crate::Algorithm::settle)); one atomic step
+    /// on the key. `concurrency` answers [`LimitError::Option`] (option
+    /// `settle`). The default answers [`StoreError::Unsupported`] and
+    /// changes nothing: a store settles only once it implements it.
+    fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        let _ = (request, admitted_at, at, estimate, actual);
+        async { Err(StoreError::Unsupported("settle")) }
+    }
 
     /// Ends a `concurrency` lease; `true` when the key held it.
     fn release(
@@ -231,6 +255,17 @@ impl<S: Store> Store for std::sync::Arc<S> {
         cost: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         (**self).record(request, at, cost)
+    }
+
+    fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        (**self).settle(request, admitted_at, at, estimate, actual)
     }
 
     fn release(

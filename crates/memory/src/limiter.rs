@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate_core::algorithm::Settled;
 use tollgate_core::ban::Banned;
 use tollgate_core::{AnyAlgorithm, Decision, Limit, LimitError, Reservation};
 
@@ -150,6 +151,30 @@ impl Limiter {
     /// `concurrency`, whose leases cannot be merged.
     pub fn record(&self, key: &[u8], at: u64, cost: u64) -> Result<u64, LimitError> {
         self.table.record(self.table.fingerprint(key), at, cost)
+    }
+
+    /// Settles a request admitted at `admitted_at` with cost `estimate`
+    /// whose actual cost is `actual`, at `now`, as
+    /// [`Algorithm::settle`](tollgate_core::Algorithm::settle) defines it:
+    /// the difference is charged (possibly into debt) or refunded.
+    ///
+    /// Errors with [`LimitError::Option`] (option `settle`) for
+    /// `concurrency`, which does not settle.
+    pub fn settle(
+        &self,
+        key: &[u8],
+        admitted_at: u64,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, LimitError> {
+        self.table.settle(
+            self.table.fingerprint(key),
+            admitted_at,
+            now,
+            estimate,
+            actual,
+        )
     }
 
     /// The table behind this limiter.

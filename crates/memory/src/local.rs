@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use tollgate_core::algorithm::Settled;
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError};
 
@@ -189,6 +190,19 @@ impl Store for LocalStore {
     ) -> Result<u64, StoreError> {
         let limiter = self.store.limiter(request.limit)?;
         Ok(limiter.record(request.key, self.instant(at), cost)?)
+    }
+
+    async fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, StoreError> {
+        let limiter = self.store.limiter(request.limit)?;
+        let now = self.instant(at);
+        Ok(limiter.settle(request.key, admitted_at, now, estimate, actual)?)
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {

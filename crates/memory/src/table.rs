@@ -12,7 +12,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 use tollgate_core::algorithm::codec::Reader;
-use tollgate_core::algorithm::Slot;
+use tollgate_core::algorithm::{Settled, Slot};
 use tollgate_core::{Decision, Limit, LimitError, Reservation};
 
 use crate::budget::Budget;
@@ -48,6 +48,17 @@ pub(crate) trait ErasedTable: Send + Sync {
     /// Counts usage whatever the limit says (every algorithm but
     /// `concurrency`).
     fn record(&self, fp: Fingerprint, at: u64, cost: u64) -> Result<u64, LimitError>;
+    /// Settles a request admitted at `admitted_at` with `estimate`, whose
+    /// actual cost is `actual`, at `now` (every algorithm but
+    /// `concurrency`).
+    fn settle(
+        &self,
+        fp: Fingerprint,
+        admitted_at: u64,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, LimitError>;
     /// An error when `cost` can never be admitted.
     fn validate_cost(&self, cost: u64) -> Result<(), LimitError>;
     /// Whether the algorithm takes reservations.
@@ -249,6 +260,29 @@ impl<A: Keyed> ErasedTable for Table<A> {
             let usage = alg.record(s, at, cost);
             let changed = usage.is_some() && alg.expires_at(s) > 0;
             (usage.ok_or(unsupported), changed)
+        })
+    }
+
+    fn settle(
+        &self,
+        fp: Fingerprint,
+        admitted_at: u64,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, LimitError> {
+        let alg = &self.alg;
+        let unsupported = LimitError::Option {
+            option: "settle",
+            algorithm: self.limit.algorithm,
+        };
+        // A settle is never before its admission (a caller's explicit
+        // time may lag the admission's).
+        let now = now.max(admitted_at);
+        self.shard_for(fp).update(self.cx(), fp, now, |s| {
+            let settled = alg.settle(s, admitted_at, now, estimate, actual);
+            let changed = settled.is_some() && alg.expires_at(s) > 0;
+            (settled.ok_or(unsupported), changed)
         })
     }
 

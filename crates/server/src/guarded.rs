@@ -17,6 +17,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use tollgate_core::algorithm::Settled;
 use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus};
 use tollgate_memory::LocalStore;
 
@@ -239,6 +240,22 @@ impl<S: Store> Store for Guarded<S> {
                 Fallback::Local => self.fallback.record(request, at, cost).await,
             },
         }
+    }
+
+    /// A settle is never answered by a policy: it changes the shared
+    /// store or fails (the estimate then stands), since a fallback that
+    /// never counted the estimate has nothing to settle.
+    async fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, StoreError> {
+        self.primary
+            .settle(request, admitted_at, at, estimate, actual)
+            .await
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
