@@ -4,7 +4,8 @@
 //! parser) and a problem+json body, `Retry-After` honoured, client
 //! addresses that cannot be spoofed, shaping on the leaky bucket's schedule,
 //! concurrency caps released when answers end or clients leave, shadow mode,
-//! disabled routes and the metrics the admin port shows.
+//! disabled routes, the metrics the admin port shows, and a limit shared
+//! through Redis in async sync mode.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,7 +21,7 @@ use http::{Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use tollgate_testkit::sf_list_members;
+use tollgate_testkit::{sf_list_members, RedisServer};
 
 use gateway::{client, get, text, Gateway};
 use upstream::{Event, TestBody, Upstream, PATIENCE};
@@ -609,4 +610,58 @@ async fn a_disabled_route_is_never_limited() {
     ] {
         assert_eq!(send(get(&gw.url("/echo/counted"))).await.status(), expected);
     }
+}
+
+/// `--sync async` on Redis: a gateway decides from its local copy and hands
+/// its usage on through Redis; a second gateway, which never saw the client,
+/// reads the key's global state on first use. The test waits for the first
+/// gateway's batch by its counter on the admin port, never for a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_in_async_sync_mode_share_a_limit_through_redis() {
+    let redis = RedisServer::start_with_module();
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("edge.yaml");
+    // Two an hour per client: no refill while the test runs.
+    std::fs::write(
+        &path,
+        "domain: edge\nroutes:\n  - name: all\n    match: {path_prefix: /}\n    descriptors: [[remote_address]]\n\
+         descriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: gcra}\n",
+    )
+    .unwrap();
+    let rules = path.to_str().unwrap();
+    let store = redis.url();
+    let args = [
+        "--store",
+        store.as_str(),
+        "--sync",
+        "async",
+        "--sync-interval",
+        "20ms",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    let first = gateway(&upstream, rules, &args);
+    assert_eq!(send(get(&first.url("/echo/a"))).await.status(), StatusCode::OK);
+    let metrics = format!("http://{}/metrics", first.admin.as_ref().unwrap());
+    let start = Instant::now();
+    loop {
+        let exposition = text(send(get(&metrics)).await).await;
+        let batches = exposition
+            .lines()
+            .find_map(|l| l.strip_prefix("tollgate_sync_batches_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if batches.is_some_and(|b| b > 0.0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no sync batch went: {exposition}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let second = gateway(&upstream, rules, &args);
+    assert_eq!(send(get(&second.url("/echo/b"))).await.status(), StatusCode::OK);
+    let refused = send(get(&second.url("/echo/c"))).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
 }

@@ -68,11 +68,13 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
         StoreChoice::Memory => "memory",
         StoreChoice::Redis(_) => "redis",
     };
-    let metrics = Arc::new(
-        Metrics::new()
-            .with_values_per_rule(config.metric_values_per_rule)
-            .with_store_kind(store_kind),
-    );
+    let mut metrics = Metrics::new()
+        .with_values_per_rule(config.metric_values_per_rule)
+        .with_store_kind(store_kind);
+    if matches!(&config.store.choice, StoreChoice::Redis(shared) if shared.sync.is_some()) {
+        metrics = metrics.with_sync();
+    }
+    let metrics = Arc::new(metrics);
     let gauge = {
         let metrics = Arc::clone(&metrics);
         move |used, unstored| {
@@ -89,15 +91,32 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
             served
         }
         StoreChoice::Redis(shared) => {
-            if shared.sync.is_some() {
-                anyhow::bail!(
-                    "sync async is available for `tollgate serve` only so far; the gateway decides exactly on Redis (drop --sync / TOLLGATE_SYNC / sync)"
-                );
-            }
             let (store, fallback) =
                 store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
             let housekeeping = store::housekeeping(fallback, gauge);
-            let served = serve_on(&config, proxy, Arc::new(store), rules, metrics).await;
+            let served = match shared.sync {
+                None => serve_on(&config, proxy, Arc::new(store), rules, metrics).await,
+                Some(interval) => {
+                    let sync = store::synced(store, interval);
+                    tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
+                    let reported = Arc::clone(&metrics);
+                    let syncing =
+                        tokio::spawn(store::sync_loop(sync.clone(), interval, move |sync| {
+                            store::report_sync(sync, &reported);
+                        }));
+                    let served = serve_on(
+                        &config,
+                        proxy,
+                        Arc::new(sync.clone()),
+                        rules,
+                        Arc::clone(&metrics),
+                    )
+                    .await;
+                    syncing.abort();
+                    store::last_sync(&sync, &metrics).await;
+                    served
+                }
+            };
             housekeeping.abort();
             served
         }

@@ -17,13 +17,10 @@ use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::Store;
 use tollgate_memory::{LocalStore, MemoryStore};
-use tollgate_redis::RedisStore;
 use tollgate_rules::watch::{RulesWatcher, WatchOptions};
 use tollgate_rules::{LoadOptions, RuleSet};
-use tollgate_server::guarded::Guarded;
-use tollgate_server::metrics::{Metrics, SyncFigures};
+use tollgate_server::metrics::Metrics;
 use tollgate_server::App;
-use tollgate_sync::{SyncConfig, SyncStore};
 
 use crate::args::ServeArgs;
 use crate::logging;
@@ -144,16 +141,7 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
         tracing::info!("stopped");
         return served;
     };
-    let redis = store.primary().clone();
-    let sync = SyncStore::new(
-        redis,
-        store,
-        Arc::new(SystemClock::new()),
-        SyncConfig {
-            interval,
-            ..SyncConfig::default()
-        },
-    );
+    let sync = store::synced(store, interval);
     let app = App::with_metrics(
         sync.clone(),
         rules,
@@ -163,47 +151,16 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
     );
     tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
     let housekeeping = store::housekeeping(fallback, gauge(&app));
-    let syncing = tokio::spawn(sync_loop(sync.clone(), app.clone(), interval));
+    let reported = app.clone();
+    let syncing = tokio::spawn(store::sync_loop(sync.clone(), interval, move |sync| {
+        store::report_sync(sync, reported.metrics());
+    }));
     let served = run_servers(app.clone(), &config).await;
     housekeeping.abort();
     syncing.abort();
-    // The usage admitted since the last batch: one more, so that a
-    // graceful stop loses none.
-    if let Err(error) = sync.sync().await {
-        tracing::warn!(%error, "the last sync batch did not reach the shared store");
-    }
-    report_sync(&sync, &app);
+    store::last_sync(&sync, app.metrics()).await;
     tracing::info!("stopped");
     served
-}
-
-/// The async sync mode's store on Redis.
-type Synced = SyncStore<RedisStore, Guarded<RedisStore>>;
-
-/// One sync batch every `interval`, its figures into the metrics.
-async fn sync_loop(sync: Synced, app: App<Synced>, interval: Duration) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        if let Err(error) = sync.sync().await {
-            tracing::warn!(%error, "a sync batch did not reach the shared store; deciding locally");
-        }
-        report_sync(&sync, &app);
-    }
-}
-
-fn report_sync(sync: &Synced, app: &App<Synced>) {
-    let stats = sync.stats();
-    app.metrics().set_sync(&SyncFigures {
-        lag: sync.lag(),
-        batches: stats.batches,
-        failed_batches: stats.failed_batches,
-        batch_keys: stats.last_batch_keys,
-        unsent: stats.unsent as u64,
-        degraded_decisions: stats.degraded_decisions,
-    });
 }
 
 /// Watches the rules and serves HTTP and gRPC until a shutdown signal.

@@ -1,20 +1,25 @@
 //! Building the store of `serve` and `gateway`: the memory store, or a
 //! shared Redis store under its `--on-store-error` policy with a local
-//! memory store beside it; and the housekeeping every memory store needs.
+//! memory store beside it, with local copies in front of it in async sync
+//! mode ([`synced`], whose batches [`sync_loop`] sends); and the
+//! housekeeping every memory store needs.
 //!
 //! `serve`'s snapshots are its own (`serve::snapshot`); everything else
 //! about the store is built here, once, for both subcommands.
 
 pub mod config;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
+use tollgate_core::time::SystemClock;
 use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
 use tollgate_redis::{Engine, RedisConfig, RedisStore};
 use tollgate_server::guarded::Guarded;
-use tollgate_server::metrics::Metrics;
+use tollgate_server::metrics::{Metrics, SyncFigures};
+use tollgate_sync::{SyncConfig, SyncStore};
 
 pub use config::{SharedStore, StoreChoice, StoreConfig, StoreFile};
 
@@ -99,4 +104,62 @@ pub fn housekeeping(
             report(store.memory().memory_used(), store.memory().unstored());
         }
     })
+}
+
+/// The async sync mode's store on Redis: local copies in front of the
+/// Redis store under its failure policy.
+pub type Synced = SyncStore<RedisStore, Guarded<RedisStore>>;
+
+/// `store`'s local copies, synced every `interval` once [`sync_loop`] runs.
+pub fn synced(store: Guarded<RedisStore>, interval: Duration) -> Synced {
+    let redis = store.primary().clone();
+    SyncStore::new(
+        redis,
+        store,
+        Arc::new(SystemClock::new()),
+        SyncConfig {
+            interval,
+            ..SyncConfig::default()
+        },
+    )
+}
+
+/// One sync batch every `interval`, each followed by `report` (the
+/// figures into the metrics: [`report_sync`]); runs until aborted.
+pub async fn sync_loop<R>(sync: Synced, interval: Duration, report: R)
+where
+    R: Fn(&Synced),
+{
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if let Err(error) = sync.sync().await {
+            tracing::warn!(%error, "a sync batch did not reach the shared store; deciding locally");
+        }
+        report(&sync);
+    }
+}
+
+/// The last batch before a graceful stop, so that the usage admitted since
+/// the one before is not lost.
+pub async fn last_sync(sync: &Synced, metrics: &Metrics) {
+    if let Err(error) = sync.sync().await {
+        tracing::warn!(%error, "the last sync batch did not reach the shared store");
+    }
+    report_sync(sync, metrics);
+}
+
+/// `sync`'s figures into `metrics`.
+pub fn report_sync(sync: &Synced, metrics: &Metrics) {
+    let stats = sync.stats();
+    metrics.set_sync(&SyncFigures {
+        lag: sync.lag(),
+        batches: stats.batches,
+        failed_batches: stats.failed_batches,
+        batch_keys: stats.last_batch_keys,
+        unsent: stats.unsent as u64,
+        degraded_decisions: stats.degraded_decisions,
+    });
 }
