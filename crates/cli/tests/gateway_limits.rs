@@ -642,7 +642,10 @@ async fn gateways_in_async_sync_mode_share_a_limit_through_redis() {
         "127.0.0.1:0",
     ];
     let first = gateway(&upstream, rules, &args);
-    assert_eq!(send(get(&first.url("/echo/a"))).await.status(), StatusCode::OK);
+    assert_eq!(
+        send(get(&first.url("/echo/a"))).await.status(),
+        StatusCode::OK
+    );
     let metrics = format!("http://{}/metrics", first.admin.as_ref().unwrap());
     let start = Instant::now();
     loop {
@@ -661,7 +664,10 @@ async fn gateways_in_async_sync_mode_share_a_limit_through_redis() {
         tokio::task::yield_now().await;
     }
     let second = gateway(&upstream, rules, &args);
-    assert_eq!(send(get(&second.url("/echo/b"))).await.status(), StatusCode::OK);
+    assert_eq!(
+        send(get(&second.url("/echo/b"))).await.status(),
+        StatusCode::OK
+    );
     let refused = send(get(&second.url("/echo/c"))).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
 }
