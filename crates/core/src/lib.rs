@@ -12,6 +12,8 @@
 //! - [`limit`]: a configured [`Limit`] (algorithm + rate + options), validated
 //!   into an [`AnyAlgorithm`].
 //! - [`algorithm`]: the [`Algorithm`] trait and the eight algorithms.
+//! - [`calendar`]: calendar windows (a day, week, month or year in an IANA
+//!   time zone, from an anchor) for the window algorithms.
 //! - [`ban`]: the penalty box, a [`Ban`](ban::Ban) around any limit that
 //!   refuses a key outright for a while after repeated refusals.
 //! - [`decision`]: [`Decision`] and [`Reservation`], the answers.
@@ -43,6 +45,7 @@
 
 pub mod algorithm;
 pub mod ban;
+pub mod calendar;
 pub mod decision;
 pub mod limit;
 pub mod policy;

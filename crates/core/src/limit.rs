@@ -22,6 +22,7 @@ use crate::algorithm::{
     SteppedWindow, TokenBucket, Wide,
 };
 use crate::ban::Ban;
+use crate::calendar::{Calendar, CalendarError};
 use crate::rate::{Rate, RateError};
 
 /// The lease time of a `concurrency` limit when none is configured.
@@ -88,6 +89,17 @@ pub enum LimitError {
         field: &'static str,
         /// What it must be.
         expected: &'static str,
+    },
+    /// A calendar window's unit, time zone or anchor is invalid.
+    #[error(transparent)]
+    Calendar(#[from] CalendarError),
+    /// The store deciding the limit does not carry this option (yet).
+    #[error("option {option:?} is not available on the {store} store")]
+    NotOnStore {
+        /// The option's name.
+        option: &'static str,
+        /// The store's kind.
+        store: &'static str,
     },
     /// Reservations were asked of an algorithm that has no time slots.
     #[error("reservations are not available for concurrency limits")]
@@ -191,6 +203,10 @@ pub struct Limit {
     pub lease_ttl: Option<Duration>,
     /// The penalty box around the limit (any algorithm): see [`Ban`].
     pub ban: Option<Ban>,
+    /// Calendar windows instead of epoch-aligned periods (`fixed_window`
+    /// and `sliding_window_counter` only): see [`Calendar`]. The rate's
+    /// period is then nominal (named, not used by the windows).
+    pub calendar: Option<Calendar>,
 }
 
 impl Limit {
@@ -203,7 +219,14 @@ impl Limit {
             step: None,
             lease_ttl: None,
             ban: None,
+            calendar: None,
         }
+    }
+
+    /// Counts in the windows of `calendar` instead of epoch-aligned periods.
+    pub fn with_calendar(mut self, calendar: Calendar) -> Limit {
+        self.calendar = Some(calendar);
+        self
     }
 
     /// Sets the bucket capacity.
@@ -247,6 +270,14 @@ impl Limit {
         if self.lease_ttl.is_some() && name != AlgorithmName::Concurrency {
             return Err(reject("lease_ttl"));
         }
+        if self.calendar.is_some()
+            && !matches!(
+                name,
+                AlgorithmName::FixedWindow | AlgorithmName::SlidingWindowCounter
+            )
+        {
+            return Err(reject("calendar window"));
+        }
         let burst = self.burst.unwrap_or(self.rate.limit());
         let rate = self.rate;
         Ok(match name {
@@ -260,13 +291,15 @@ impl Limit {
             }
             AlgorithmName::Gcra => AnyAlgorithm::Gcra(Gcra::new(rate, burst)?),
             AlgorithmName::LeakyBucket => AnyAlgorithm::LeakyBucket(LeakyBucket::new(rate, burst)?),
-            AlgorithmName::FixedWindow => AnyAlgorithm::FixedWindow(FixedWindow::new(rate)),
+            AlgorithmName::FixedWindow => {
+                AnyAlgorithm::FixedWindow(FixedWindow::with_calendar(rate, self.calendar))
+            }
             AlgorithmName::SlidingWindowLog => {
                 AnyAlgorithm::SlidingWindowLog(SlidingWindowLog::new(rate))
             }
-            AlgorithmName::SlidingWindowCounter => {
-                AnyAlgorithm::SlidingWindowCounter(SlidingWindowCounter::new(rate))
-            }
+            AlgorithmName::SlidingWindowCounter => AnyAlgorithm::SlidingWindowCounter(
+                SlidingWindowCounter::with_calendar(rate, self.calendar),
+            ),
             AlgorithmName::SteppedWindow => {
                 AnyAlgorithm::SteppedWindow(SteppedWindow::new(rate, self.step)?)
             }
@@ -283,7 +316,18 @@ impl fmt::Display for Limit {
     /// used where a limit has no configured name (e.g. the IETF headers).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}_", self.algorithm)?;
-        self.rate.write_with(f, "_per_")?;
+        match self.calendar {
+            // `fixed_window_10000_per_calendar_month_Europe/London_15`
+            Some(calendar) => write!(
+                f,
+                "{}_per_{}_{}_{}",
+                self.rate.limit(),
+                calendar.unit(),
+                calendar.zone_name(),
+                calendar.anchor()
+            )?,
+            None => self.rate.write_with(f, "_per_")?,
+        }
         if let Some(burst) = self.burst {
             write!(f, "_burst_{burst}")?;
         }

@@ -15,6 +15,10 @@
 //! | `sliding_window_counter` | `N` | `2 × P`: the previous window's count still weighs on the current one, so `N` at the start of every `P` is refused from the second window on |
 //! | `stepped_window` | `N` | `P + step`: a step counts while any part of it lies in the window, so a request is still counted up to one step after `P` |
 //! | `concurrency` | `N` | `lease_ttl`: a lease a client does not release is held that long |
+//!
+//! On calendar windows `P` is the unit's longest window
+//! ([`CalendarUnit::longest_secs`](crate::calendar::CalendarUnit::longest_secs)):
+//! `N` every 31 days and 2 hours never has two batches in one month.
 
 use crate::algorithm::default_step;
 use crate::limit::{AlgorithmName, Limit, DEFAULT_LEASE_TTL};
@@ -44,7 +48,13 @@ impl Limit {
     /// ```
     pub fn policy(&self) -> QuotaPolicy {
         let n = self.rate.limit();
-        let p = u128::from(self.rate.period_nanos());
+        // A calendar's windows are as long as its unit's longest.
+        let p = match self.calendar {
+            Some(calendar) => {
+                u128::from(calendar.unit().longest_secs()) * u128::from(NANOS_PER_SEC)
+            }
+            None => u128::from(self.rate.period_nanos()),
+        };
         let (quota, window_ns) = match self.algorithm {
             AlgorithmName::TokenBucket | AlgorithmName::Gcra | AlgorithmName::LeakyBucket => {
                 let burst = self.burst.unwrap_or(n);

@@ -9,14 +9,17 @@
 //! checksum:u64   (SipHash-1-3 of everything before it)
 //! ```
 //!
-//! That is version 3. Version 2 had no bans in its limits, and version 1
-//! stored 16-byte fingerprints besides, of which today's are the first 8;
-//! their snapshots still load.
+//! That is version 4. Version 3 had no calendar windows in its limits,
+//! version 2 no bans, and version 1 stored 16-byte fingerprints besides, of
+//! which today's are the first 8; their snapshots still load.
 //!
 //! A limit is its algorithm's name (length-prefixed), the rate's count and
 //! period in ns, then burst, step (ns) and lease TTL (ns), each a presence
 //! byte and a `u64`, then the ban: a presence byte and three `u64`s
-//! (`after`, `within` in ns, `for` in ns; zeros when absent). A banned
+//! (`after`, `within` in ns, `for` in ns; zeros when absent), then the
+//! calendar window: a presence byte, and when present the unit's name and
+//! the time zone's IANA name (each length-prefixed) and the anchor (a
+//! `u64`). A banned
 //! limit's states are its algorithm's followed by the ban's
 //! ([`BanState::encode`](tollgate_core::ban::BanState::encode)). States are each algorithm's
 //! [`StateCodec`](tollgate_core::algorithm::StateCodec) form. Keys are stored
@@ -36,6 +39,7 @@ use std::time::Duration;
 use siphasher::sip::SipHasher13;
 use tollgate_core::algorithm::codec::{put_len, put_u64, Reader};
 use tollgate_core::ban::Ban;
+use tollgate_core::calendar::{Calendar, CalendarUnit};
 use tollgate_core::rate::Rate;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{AlgorithmName, Limit};
@@ -45,13 +49,15 @@ use crate::fingerprint::Seed;
 use crate::store::MemoryStore;
 
 const MAGIC: &[u8] = b"TOLLGATE-SNAPSHOT";
-const VERSION: u64 = 3;
+const VERSION: u64 = 4;
+/// The version before calendar windows, still read.
+const VERSION_3: u64 = 3;
 /// The version before bans, still read.
 const VERSION_2: u64 = 2;
 /// The oldest version this build reads, and its fingerprints' width.
 const VERSION_1: u64 = 1;
 const VERSION_1_FINGERPRINT_BYTES: usize = 16;
-/// The longest algorithm name a snapshot may carry.
+/// The longest algorithm, unit or time zone name a snapshot may carry.
 const MAX_NAME: usize = 64;
 
 /// Why a snapshot could not be loaded.
@@ -107,6 +113,22 @@ fn encode_limit(limit: &Limit, out: &mut Vec<u8>) {
     });
     put_u64(out, ban.0);
     put_u64(out, ban.1);
+    match limit.calendar {
+        None => out.push(0),
+        Some(calendar) => {
+            out.push(1);
+            for name in [calendar.unit().as_str(), calendar.zone_name()] {
+                put_len(out, name.len());
+                out.extend_from_slice(name.as_bytes());
+            }
+            put_u64(out, u64::from(calendar.anchor()));
+        }
+    }
+}
+
+fn short_text<'a>(input: &mut Reader<'a>) -> Option<&'a str> {
+    let len = input.len(MAX_NAME)?;
+    std::str::from_utf8(input.take(len)?).ok()
 }
 
 fn option(input: &mut Reader<'_>) -> Option<Option<u64>> {
@@ -128,12 +150,24 @@ fn decode_limit(input: &mut Reader<'_>, version: u64) -> Option<Limit> {
     limit.burst = option(input)?;
     limit.step = option(input)?.map(Duration::from_nanos);
     limit.lease_ttl = option(input)?.map(Duration::from_nanos);
-    if version >= VERSION {
+    if version >= VERSION_3 {
         let after = option(input)?;
         let (within, duration) = (input.u64()?, input.u64()?);
         if let Some(after) = after {
             let (within, duration) = (Duration::from_nanos(within), Duration::from_nanos(duration));
             limit.ban = Some(Ban::new(after, within, duration).ok()?);
+        }
+    }
+    if version >= VERSION {
+        match input.take(1)?[0] {
+            0 => {}
+            1 => {
+                let unit: CalendarUnit = short_text(input)?.parse().ok()?;
+                let zone = short_text(input)?;
+                let anchor = input.u64()?;
+                limit.calendar = Some(Calendar::new(unit, zone, Some(anchor)).ok()?);
+            }
+            _ => return None,
         }
     }
     Some(limit)
@@ -197,7 +231,7 @@ impl MemoryStore {
         let mut header = Reader::new(body);
         let version = header.u64().ok_or(SnapshotError::NotASnapshot)?;
         let fp_bytes = match version {
-            VERSION | VERSION_2 => 8,
+            VERSION | VERSION_3 | VERSION_2 => 8,
             VERSION_1 => VERSION_1_FINGERPRINT_BYTES,
             _ => return Err(SnapshotError::Version(version)),
         };
@@ -316,8 +350,8 @@ mod tests {
         put_u64(&mut v1, seed.k1);
         put_len(&mut v1, 1);
         encode_limit(&limit, &mut v1);
-        // Version 1 limits end before the ban.
-        v1.truncate(v1.len() - 25);
+        // Version 1 limits end before the ban and the calendar.
+        v1.truncate(v1.len() - 26);
         put_u64(&mut v1, 1);
         v1.extend_from_slice(&seed.fingerprint(b"alice").to_bytes());
         v1.extend_from_slice(&[0x5a; 8]);
@@ -333,15 +367,68 @@ mod tests {
             MemoryStore::from_snapshot(
                 MemoryConfig::default(),
                 &{
-                    let mut v4 = v1.clone();
-                    v4[MAGIC.len()] = 4;
-                    v4
+                    let mut v5 = v1.clone();
+                    v5[MAGIC.len()] = 5;
+                    v5
                 },
                 0
             )
             .unwrap_err(),
-            SnapshotError::Version(4)
+            SnapshotError::Version(5)
         );
+    }
+
+    #[test]
+    fn calendar_limits_keep_their_windows_across_a_snapshot() {
+        use tollgate_core::time::NANOS_PER_SEC as S;
+
+        let store = MemoryStore::new(MemoryConfig::default());
+        let cycles = Calendar::new(CalendarUnit::Month, "Europe/London", Some(15)).unwrap();
+        let rate: Rate = "10/d".parse().unwrap();
+        let monthly = Limit::new(AlgorithmName::FixedWindow, rate).with_calendar(cycles);
+        let daily = Limit::new(AlgorithmName::FixedWindow, rate);
+        // 2026-03-20, in the cycle from March 15 to 2026-04-15 00:00 BST.
+        let now = 1_774_000_000 * S;
+        store
+            .limiter(&monthly)
+            .unwrap()
+            .check(b"k", now, 4)
+            .unwrap();
+        let restored =
+            MemoryStore::from_snapshot(MemoryConfig::default(), &store.snapshot(now), now).unwrap();
+        let d = restored
+            .limiter(&monthly)
+            .unwrap()
+            .check(b"k", now, 1)
+            .unwrap();
+        assert_eq!(d.remaining, 5);
+        assert_eq!(d.reset_after.as_secs(), 1_776_207_600 - 1_774_000_000);
+        let d = restored
+            .limiter(&daily)
+            .unwrap()
+            .check(b"k", now, 1)
+            .unwrap();
+        assert_eq!(d.remaining, 9);
+    }
+
+    #[test]
+    fn version_3_snapshots_without_calendars_still_load() {
+        let store = MemoryStore::new(MemoryConfig::default());
+        let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_minute(10).unwrap());
+        store.limiter(&limit).unwrap().check(b"k", 0, 3).unwrap();
+        let v4 = store.snapshot(0);
+        // The same snapshot as version 3 wrote it: no calendar byte.
+        let mut encoded = Vec::new();
+        encode_limit(&limit, &mut encoded);
+        let calendar_byte = MAGIC.len() + 32 + encoded.len() - 1;
+        let mut v3 = v4[..v4.len() - 8].to_vec();
+        v3.remove(calendar_byte);
+        v3[MAGIC.len()] = 3;
+        let sum = checksum(&v3);
+        put_u64(&mut v3, sum);
+        let restored = MemoryStore::from_snapshot(MemoryConfig::default(), &v3, 0).unwrap();
+        let d = restored.limiter(&limit).unwrap().check(b"k", 0, 1).unwrap();
+        assert_eq!(d.remaining, 6);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::hash::Hasher;
 use std::sync::Arc;
 
 use siphasher::sip::SipHasher13;
+use tollgate_core::calendar::Calendar;
 use tollgate_core::{AlgorithmName, Limit, LimitKey, StoreError};
 
 use crate::limits::{Limits, Prepared};
@@ -28,6 +29,47 @@ pub(crate) struct Cell {
     pub(crate) limit: Arc<Prepared>,
     /// The summed cost of the requests merged into this cell.
     pub(crate) cost: u64,
+    /// A calendar limit's windows around the call's instant, as the words
+    /// that follow its spec ([`calendar_windows`]); `None` for the others.
+    pub(crate) windows: Option<Box<str>>,
+}
+
+impl Cell {
+    /// The spec the engines take for this call: the limit's, with the
+    /// windows of a calendar limit.
+    pub(crate) fn spec(&self) -> std::borrow::Cow<'_, str> {
+        match &self.windows {
+            None => std::borrow::Cow::Borrowed(&self.limit.spec),
+            Some(windows) => std::borrow::Cow::Owned(format!("{} {windows}", self.limit.spec)),
+        }
+    }
+}
+
+/// How many calendar windows a call carries on each side of the one
+/// holding its instant: Redis's clock may be that far from the store's, a
+/// state may have last counted that long ago, and a reservation may land
+/// that far ahead (the script refuses one further ahead).
+pub(crate) const CALENDAR_WINDOWS_AROUND: u64 = 3;
+
+/// The words after a calendar limit's spec for a call at `instant`: the
+/// number of the first window sent, then the starts of the windows from
+/// [`CALENDAR_WINDOWS_AROUND`] before the one holding `instant` to as many
+/// after it, and the end of the last (windows.lua).
+pub(crate) fn calendar_windows(calendar: &Calendar, instant: u64) -> String {
+    let current = calendar.window_at(instant).index;
+    let first = current.saturating_sub(CALENDAR_WINDOWS_AROUND);
+    let last = current.saturating_add(CALENDAR_WINDOWS_AROUND);
+    let mut words = first.to_string();
+    for index in first..=last {
+        let window = calendar.window(index);
+        if index == first {
+            words.push(' ');
+            words.push_str(&window.start.to_string());
+        }
+        words.push(' ');
+        words.push_str(&window.end.to_string());
+    }
+    words
 }
 
 /// A gcra limit as gcra_lean.lua takes it: `n` and `p` divided by their
@@ -89,6 +131,7 @@ pub(crate) fn plan(
     limits: &Limits,
     requests: &[LimitKey<'_>],
     cost: u64,
+    instant: u64,
 ) -> Result<Plan, StoreError> {
     let mut cells: Vec<Cell> = Vec::with_capacity(requests.len());
     let mut of_request = Vec::with_capacity(requests.len());
@@ -105,7 +148,16 @@ pub(crate) fn plan(
             }
             None => {
                 of_request.push(cells.len());
-                cells.push(Cell { key, limit, cost });
+                let windows = request
+                    .limit
+                    .calendar
+                    .map(|calendar| calendar_windows(&calendar, instant).into_boxed_str());
+                cells.push(Cell {
+                    key,
+                    limit,
+                    cost,
+                    windows,
+                });
             }
         }
     }
@@ -121,11 +173,16 @@ pub(crate) fn plan(
 /// lives in the field `ban <field>` of the same hash.
 pub(crate) fn field(limit: &Limit) -> String {
     let option = |v: Option<u128>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    // A calendar limit's period is its calendar: `calendar_month:15:UTC`.
+    let period = match limit.calendar {
+        Some(c) => format!("{}:{}:{}", c.unit(), c.anchor(), c.zone_name()),
+        None => limit.rate.period_nanos().to_string(),
+    };
     let mut field = format!(
         "{} {} {} {} {} {}",
         limit.algorithm.as_str(),
         limit.rate.limit(),
-        limit.rate.period_nanos(),
+        period,
         option(limit.burst.map(u128::from)),
         option(limit.step.map(|d| d.as_nanos())),
         option(limit.lease_ttl.map(|d| d.as_nanos())),
@@ -231,7 +288,7 @@ mod tests {
             },
         ];
         let limits = Limits::default();
-        let plan = plan("", &limits, &requests, 3).unwrap();
+        let plan = plan("", &limits, &requests, 3, 0).unwrap();
         assert_eq!(plan.of_request, [0, 1, 0, 2]);
         assert_eq!(plan.by_request(vec!['a', 'b', 'c']), ['a', 'b', 'a', 'c']);
         assert_eq!(plan.cells[0].cost, 6);
@@ -266,7 +323,7 @@ mod tests {
             key: b"a",
         }; 2];
         assert!(matches!(
-            super::plan("", &limits, &too_much, 6),
+            super::plan("", &limits, &too_much, 6, 0),
             Err(StoreError::Limit(LimitError::CostTooLarge { cost: 12, .. }))
         ));
     }

@@ -49,7 +49,10 @@ impl RedisStore {
                 limit: exchange.limit,
                 key: exchange.key,
             };
-            match self.plan(&[request], 0) {
+            // A calendar limit's windows around the latest usage (around
+            // now when there is none).
+            let latest = exchange.usage.iter().map(|u| u.at).max();
+            match self.plan(&[request], 0, latest.map_or(Moment::Now, Moment::At)) {
                 Ok(plan) => {
                     let cell = plan.cells.into_iter().next();
                     planned.push(cell.map(|cell| Planned {

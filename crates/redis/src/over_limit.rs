@@ -144,6 +144,7 @@ mod tests {
             key: key.to_vec(),
             limit: std::sync::Arc::new(crate::limits::Prepared::new(&limit).unwrap()),
             cost: 1,
+            windows: None,
         }
     }
 

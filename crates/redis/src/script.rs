@@ -21,6 +21,8 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("lua/tally.lua"),
     "\n",
+    include_str!("lua/windows.lua"),
+    "\n",
     include_str!("lua/gcra.lua"),
     "\n",
     include_str!("lua/token_bucket.lua"),

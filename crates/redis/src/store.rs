@@ -253,17 +253,33 @@ impl RedisStore {
     }
 
     /// The cells `requests` touch, under this store's prefix and prepared
-    /// limits, each charged `cost`.
+    /// limits, each charged `cost`, for a call at `at` (for the windows a
+    /// calendar limit carries: around `at`'s instant, or for
+    /// [`Moment::Now`] around this process's clock, which Redis's is
+    /// taken to be within a few windows of).
     pub(crate) fn plan(
         &self,
         requests: &[LimitKey<'_>],
         cost: u64,
+        at: Moment,
     ) -> Result<cells::Plan, StoreError> {
+        let instant = match at {
+            Moment::At(ns) => ns,
+            Moment::Now if requests.iter().any(|r| r.limit.calendar.is_some()) => {
+                duration_to_nanos(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default(),
+                )
+            }
+            Moment::Now => 0,
+        };
         cells::plan(
             &self.inner.config.key_prefix,
             &self.inner.limits,
             requests,
             cost,
+            instant,
         )
     }
 
@@ -422,7 +438,7 @@ impl RedisStore {
         // name, three per cell, the last.
         let bytes = cells
             .iter()
-            .map(|c| c.key.len() + c.limit.field.len() + c.limit.spec.len() + 21)
+            .map(|c| c.key.len() + c.limit.field.len() + c.spec().len() + 21)
             .sum::<usize>();
         let mut cmd = redis::Cmd::with_capacity(2 + 3 * cells.len(), bytes + 64 + extra.len());
         cmd.arg(engine::COMMAND);
@@ -432,7 +448,7 @@ impl RedisStore {
             word.clear();
             word.extend_from_slice(digits.format(cell.cost).as_bytes());
             word.push(b' ');
-            word.extend_from_slice(cell.limit.spec.as_bytes());
+            word.extend_from_slice(cell.spec().as_bytes());
             cmd.arg(cell.key.as_slice())
                 .arg(cell.limit.field.as_bytes())
                 .arg(word.as_slice());
@@ -551,7 +567,7 @@ impl RedisStore {
         cmd.arg(extra);
         for cell in cells {
             cmd.arg(cell.limit.field.as_bytes())
-                .arg(cell.limit.spec.as_bytes())
+                .arg(cell.spec().as_bytes())
                 .arg(cell.cost);
         }
         cmd
@@ -570,7 +586,7 @@ impl RedisStore {
     ) -> redis::Cmd {
         let bytes = cells
             .iter()
-            .map(|c| 2 * c.key.len() + c.limit.field.len() + c.limit.spec.len() + 60)
+            .map(|c| 2 * c.key.len() + c.limit.field.len() + c.spec().len() + 60)
             .sum::<usize>();
         let words = 7 + (1 + per_cell) * cells.len();
         let mut cmd = redis::Cmd::with_capacity(words, bytes + 80);
@@ -745,7 +761,7 @@ impl Store for RedisStore {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let plan = self.plan(requests, cost)?;
+        let plan = self.plan(requests, cost, at)?;
         // A request with a ban is always asked of Redis: each refusal by
         // its limit is a strike there, which a cached answer would miss.
         let cacheable = self.inner.config.over_limit_cache
@@ -778,7 +794,7 @@ impl Store for RedisStore {
         cost: u64,
         max_wait: Option<Duration>,
     ) -> Result<MultiReservation, StoreError> {
-        let plan = self.plan(requests, cost)?;
+        let plan = self.plan(requests, cost, at)?;
         if plan.cells.iter().any(|c| !c.limit.reservable) {
             return Err(LimitError::ReservationUnsupported.into());
         }
@@ -813,7 +829,7 @@ impl Store for RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<u64, StoreError> {
-        let plan = self.plan(&[request], cost)?;
+        let plan = self.plan(&[request], cost, at)?;
         let reply = self.run("next", &[&plan.cells[0]], at, "").await?;
         reply.number(1)
     }
@@ -824,7 +840,7 @@ impl Store for RedisStore {
         at: Moment,
         cost: u64,
     ) -> Result<u64, StoreError> {
-        let plan = self.plan(&[request], 0)?;
+        let plan = self.plan(&[request], 0, at)?;
         let mut cell = plan.cells[0].clone();
         cell.cost = cost;
         let reply = self.run("record", &[&cell], at, "").await?;
@@ -832,7 +848,7 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
-        let plan = self.plan(&[request], 0)?;
+        let plan = self.plan(&[request], 0, Moment::Now)?;
         let reply = self
             .run(
                 "release",

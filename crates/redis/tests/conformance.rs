@@ -1623,3 +1623,165 @@ fn a_record_after_a_saturating_one_has_left_the_window_counts() {
         assert_eq!(both!(stores, |s| s.record(request, later, 0)), Ok(2));
     });
 }
+
+/// 2026-03-07 12:00 UTC: a day before New York's spring change, three
+/// weeks before London's, a month before Lord Howe's.
+const CALENDAR_START: u64 = 1_772_884_800_000_000_000;
+
+/// Calendar limits on both window algorithms: days, weeks, months and
+/// years in zones with and without daylight saving time, anchors at the
+/// ends of their ranges. Their counts are large enough that a trace's
+/// reservations stay within the windows a call carries for the script
+/// (`CALENDAR_WINDOWS_AROUND` after the current one).
+fn calendar_limits() -> Vec<Limit> {
+    use tollgate_core::calendar::{Calendar, CalendarUnit::*};
+    use AlgorithmName::*;
+    let calendar = |unit, zone, anchor| Calendar::new(unit, zone, anchor).unwrap();
+    let on = |algorithm, n, calendar| {
+        Limit::new(algorithm, rate(n, Duration::from_secs(86_400))).with_calendar(calendar)
+    };
+    vec![
+        on(FixedWindow, 30, calendar(Day, "America/New_York", None)),
+        on(
+            SlidingWindowCounter,
+            30,
+            calendar(Day, "America/New_York", Some(2)),
+        ),
+        on(
+            SlidingWindowCounter,
+            40,
+            calendar(Day, "Australia/Lord_Howe", Some(23)),
+        ),
+        on(FixedWindow, 30, calendar(Week, "Asia/Kolkata", Some(7))),
+        on(FixedWindow, 35, calendar(Month, "Europe/London", Some(31))),
+        on(
+            SlidingWindowCounter,
+            30,
+            calendar(Month, "America/New_York", Some(15)),
+        ),
+        on(SlidingWindowCounter, 50, calendar(Year, "UTC", Some(4))),
+        on(FixedWindow, 30, calendar(Day, "UTC", None))
+            .with_ban(Ban::new(2, Duration::from_secs(3600), Duration::from_secs(7200)).unwrap()),
+    ]
+}
+
+/// Checks, reservations and next-available instants on calendar limits,
+/// with time steps from nanoseconds to days, across daylight saving
+/// changes and month ends.
+fn calendar_step(limits: usize) -> impl Strategy<Value = Step> {
+    let advance = prop_oneof![
+        3 => Just(0u64),
+        1 => 0u64..10,
+        3 => 0u64..7_200_000_000_000,
+        2 => 0u64..259_200_000_000_000,
+    ];
+    let cost = prop_oneof![1 => Just(0u64), 8 => 1u64..5];
+    let cells = proptest::collection::vec(cell(limits), 1..3);
+    let op = prop_oneof![
+        8 => (cells.clone(), cost.clone()).prop_map(|(cells, cost)| Op::Check { cells, cost }),
+        1 => (cells, cost.clone(), proptest::option::of(0u64..200_000_000_000_000))
+            .prop_map(|(cells, cost, max_wait)| Op::Reserve { cells, cost, max_wait }),
+        1 => (cell(limits), cost).prop_map(|(cell, cost)| Op::Next { cell, cost }),
+    ];
+    (advance, op).prop_map(|(advance, op)| Step { advance, op })
+}
+
+#[test]
+fn calendar_traces_decide_alike_in_memory_and_on_both_engines() {
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let limits = calendar_limits();
+    let case = std::sync::atomic::AtomicU32::new(0);
+    let config = ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let steps = proptest::collection::vec(calendar_step(limits.len()), 1..80);
+    proptest!(config, |(start in 0u64..40_000_000_000_000_000, steps in steps)| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (memory, redis) = stores(&server, &format!("calendar{n}"));
+        // Within about 15 months of CALENDAR_START.
+        let mut now = CALENDAR_START + start;
+        for (i, step) in steps.iter().enumerate() {
+            now += step.advance;
+            let ((expected, _), (got, _)) = runtime.block_on(async {
+                (
+                    apply(&memory, &limits, now, &step.op, &[]).await,
+                    apply(&redis, &limits, now, &step.op, &[]).await,
+                )
+            });
+            prop_assert_eq!(&expected, &got, "step {} {:?} at {}", i, step.op, now);
+        }
+    });
+}
+
+/// A monthly limit in New York, at the instants around a month's end and
+/// a daylight saving change, through every store: the reset is the real
+/// end of the month.
+#[test]
+fn a_calendar_month_turns_over_at_midnight_in_its_zone_on_every_store() {
+    use tollgate_core::calendar::{Calendar, CalendarUnit};
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let (memory, redis) = stores(&server, "calendar-month");
+    let month = Calendar::new(CalendarUnit::Month, "America/New_York", None).unwrap();
+    let limit = Limit::new(
+        AlgorithmName::FixedWindow,
+        rate(2, Duration::from_secs(86_400)),
+    )
+    .with_calendar(month);
+    const S: u64 = 1_000_000_000;
+    // 2026-03-31 23:59:59 EDT, and April 1st 00:00 EDT.
+    let before = 1_775_015_999 * S;
+    let april = 1_775_016_000 * S;
+    runtime.block_on(async {
+        for (at, allowed, reset) in [
+            (before, true, 1),
+            (before, true, 1),
+            (before, false, 1),
+            (april, true, 30 * 86_400),
+        ] {
+            let want = memory.check(&one(&limit), Moment::At(at), 1).await.unwrap();
+            let got = redis.check(&one(&limit), Moment::At(at), 1).await.unwrap();
+            assert_eq!(got, want);
+            assert_eq!(got[0].allowed, allowed);
+            assert_eq!(got[0].reset_after.as_secs(), reset);
+        }
+    });
+}
+
+/// With no instant given, each engine decides a calendar limit at Redis's
+/// clock, with the windows the store computed around its own.
+#[test]
+fn calendar_limits_decide_at_redis_time_on_both_engines() {
+    use tollgate_core::calendar::{Calendar, CalendarUnit};
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let redis = Engines::open(&server, "calendar-now");
+    let day = Calendar::new(CalendarUnit::Day, "UTC", None).unwrap();
+    let limit = Limit::new(
+        AlgorithmName::FixedWindow,
+        rate(5, Duration::from_secs(86_400)),
+    )
+    .with_calendar(day);
+    runtime.block_on(async {
+        for store in [&redis.lua, &redis.module] {
+            let decision = store.check(&one(&limit), Moment::Now, 2).await.unwrap()[0];
+            let now = store.now().await.unwrap();
+            let midnight = (now / (86_400 * 1_000_000_000) + 1) * 86_400 * 1_000_000_000;
+            assert!(decision.allowed);
+            assert_eq!(decision.remaining, 3);
+            // The window ends at the next UTC midnight, seen from a moment
+            // before `now`.
+            let reset = decision.reset_after.as_nanos() as u64;
+            assert!(
+                reset >= midnight - now && reset <= midnight - now + 5_000_000_000,
+                "{reset}"
+            );
+        }
+    });
+}

@@ -87,7 +87,9 @@ impl From<LimitError> for ApiError {
             | LimitError::Storage { .. }
             | LimitError::LeaseTtl { .. }
             | LimitError::Ban { .. }
-            | LimitError::Option { .. } => "invalid_limit",
+            | LimitError::Option { .. }
+            | LimitError::Calendar(_)
+            | LimitError::NotOnStore { .. } => "invalid_limit",
         };
         ApiError::bad_request(code, error.to_string())
     }

@@ -12,6 +12,7 @@ use tollgate_core::algorithm::{
     default_step, Concurrency, FixedWindow, Gcra, LeakyBucket, Narrow, SlidingWindowCounter,
     SlidingWindowLog, SteppedWindow, TokenBucket, TokenStorage, Wide,
 };
+use tollgate_core::calendar::{Calendar, CalendarUnit};
 use tollgate_core::time::NANOS_PER_MS;
 use tollgate_core::{AlgorithmName, Limit, Rate};
 
@@ -92,12 +93,16 @@ impl AnyFormat {
             }
             b"fixed_window" => {
                 let rate = window_rate(number("n")?, number("p")?)?;
-                Ok(AnyFormat::Fixed(FixedFormat(FixedWindow::new(rate))))
+                let calendar = calendar(&mut w)?;
+                Ok(AnyFormat::Fixed(FixedFormat(FixedWindow::with_calendar(
+                    rate, calendar,
+                ))))
             }
             b"sliding_window_counter" => {
                 let rate = window_rate(number("n")?, number("p")?)?;
+                let calendar = calendar(&mut w)?;
                 Ok(AnyFormat::Counter(CounterFormat(
-                    SlidingWindowCounter::new(rate),
+                    SlidingWindowCounter::with_calendar(rate, calendar),
                 )))
             }
             b"sliding_window_log" => {
@@ -151,9 +156,17 @@ pub fn algorithm_spec(limit: &Limit) -> String {
             };
             format!("{name} {} {} {burst} {storage}", n / common, p / common)
         }
-        AlgorithmName::FixedWindow
-        | AlgorithmName::SlidingWindowLog
-        | AlgorithmName::SlidingWindowCounter => format!("{name} {n} {p}"),
+        AlgorithmName::FixedWindow | AlgorithmName::SlidingWindowCounter => match limit.calendar {
+            // The store adds, on each call, the windows around its instant.
+            Some(c) => format!(
+                "{name} {n} {p} calendar {} {} {}",
+                c.unit(),
+                c.anchor(),
+                c.zone_name()
+            ),
+            None => format!("{name} {n} {p}"),
+        },
+        AlgorithmName::SlidingWindowLog => format!("{name} {n} {p}"),
         AlgorithmName::SteppedWindow => {
             let step = limit
                 .step
@@ -166,6 +179,30 @@ pub fn algorithm_spec(limit: &Limit) -> String {
                 .unwrap_or(tollgate_core::limit::DEFAULT_LEASE_TTL);
             format!("{name} {n} {}", ttl.as_nanos())
         }
+    }
+}
+
+/// The calendar of a window spec's `calendar <unit> <anchor> <zone>` words,
+/// `None` when the spec ends after `n p`. The window starts that follow
+/// them are for the script (windows.lua): the module computes every window
+/// itself, with the same core code that computed those.
+fn calendar<'a>(w: &mut impl Iterator<Item = &'a [u8]>) -> Result<Option<Calendar>, SpecError> {
+    match w.next() {
+        None => Ok(None),
+        Some(b"calendar") => {
+            let mut text = || w.next().and_then(|word| std::str::from_utf8(word).ok());
+            let unit: CalendarUnit = text()
+                .and_then(|u| u.parse().ok())
+                .ok_or(SpecError::Bad("calendar unit"))?;
+            let anchor = text()
+                .and_then(|a| parse_u64(a.as_bytes()))
+                .ok_or(SpecError::Bad("calendar anchor"))?;
+            let zone = text().ok_or(SpecError::Bad("calendar time zone"))?;
+            Calendar::new(unit, zone, Some(anchor))
+                .map(Some)
+                .map_err(|_| SpecError::Bad("calendar (unknown time zone or anchor)"))
+        }
+        Some(_) => Err(SpecError::Bad("spec")),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Fixed window: a counter per window, windows aligned to the Unix epoch
-//! (`floor(t / P)`), as in envoyproxy/ratelimit.
+//! (`floor(t / P)`), as in envoyproxy/ratelimit, or the windows of a
+//! calendar (a day, week, month or year in a time zone).
 //!
 //! A reservation that does not fit the current window is booked into the
 //! first later window with room; the state then holds that window. Until it
@@ -7,22 +8,22 @@
 //! requests), and further reservations fill that window or the next.
 
 use super::codec::{put_u64, Reader, StateCodec};
-use super::divisor::Divisor;
 use super::tally::{queued, Instants, Tally};
+use super::windows::Windows;
 use super::{Algorithm, Slot};
+use crate::calendar::Calendar;
 use crate::decision::Decision;
 use crate::rate::Rate;
 
-/// At most `N` per epoch-aligned window of `P`.
+/// At most `N` per epoch-aligned window of `P`, or per calendar window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     n: u64,
-    p: u64,
-    /// Dividing by `p`: the window of an instant.
-    per_p: Divisor,
+    windows: Windows,
 }
 
-/// The window index (`floor(t / P)`) the count belongs to, and the count.
+/// The window's number (`floor(t / P)`, or the calendar's) the count
+/// belongs to, and the count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FixedWindowState {
     window: u64,
@@ -32,15 +33,20 @@ pub struct FixedWindowState {
 impl FixedWindow {
     /// At most `rate.limit()` per window of `rate.period()`.
     pub fn new(rate: Rate) -> Self {
+        FixedWindow::with_calendar(rate, None)
+    }
+
+    /// At most `rate.limit()` per window of `calendar` (its `rate.period()`
+    /// unused), or per `rate.period()` when there is none.
+    pub fn with_calendar(rate: Rate, calendar: Option<Calendar>) -> Self {
         FixedWindow {
             n: rate.limit(),
-            p: rate.period_nanos(),
-            per_p: Divisor::new(rate.period_nanos()),
+            windows: Windows::new(rate.period_nanos(), calendar),
         }
     }
 
     fn window_end(&self, window: u64) -> u64 {
-        window.saturating_add(1).saturating_mul(self.p)
+        self.windows.get(window).end
     }
 
     /// The count of `window` as the state records it.
@@ -73,14 +79,15 @@ impl Algorithm for FixedWindow {
 
     #[inline(always)]
     fn evaluate(&self, state: &FixedWindowState, now: u64, cost: u64) -> Decision {
-        let window = self.per_p.floor(now);
+        let current = self.windows.at(now);
+        let window = current.index;
         if state.window > window {
             // A later window is booked: wait for the queue.
             let next = self.next_available(state, now, cost);
             return queued(self.n, now, next, self.expires_at(state));
         }
         let count = self.count_in(state, window);
-        let end = self.window_end(window);
+        let end = current.end;
         let tally = Tally {
             limit: self.n,
             count,
@@ -98,18 +105,19 @@ impl Algorithm for FixedWindow {
 
     #[inline(always)]
     fn commit(&self, state: &mut FixedWindowState, now: u64, cost: u64) -> Option<u64> {
-        let window = self.per_p.floor(now);
+        let window = self.windows.index_at(now);
         state.count = self.count_in(state, window) + cost;
         state.window = window;
         None
     }
 
     fn next_available(&self, state: &FixedWindowState, now: u64, cost: u64) -> u64 {
-        let window = self.per_p.floor(now).max(state.window);
+        let window = self.windows.index_at(now).max(state.window);
+        let bounds = self.windows.get(window);
         if self.count_in(state, window) + cost <= self.n {
-            now.max(window.saturating_mul(self.p))
+            now.max(bounds.start)
         } else {
-            self.window_end(window)
+            bounds.end
         }
     }
 
@@ -129,7 +137,7 @@ impl Algorithm for FixedWindow {
     /// ignored. Returns the count of the later of the two windows. The
     /// count saturates at `u64::MAX − N`, where adding any cost still fits.
     fn record(&self, state: &mut FixedWindowState, at: u64, cost: u64) -> Option<u64> {
-        let window = self.per_p.floor(at);
+        let window = self.windows.index_at(at);
         if window < state.window {
             return Some(state.count);
         }
@@ -150,8 +158,8 @@ impl Algorithm for FixedWindow {
         now: u64,
         cost: u64,
     ) -> Option<bool> {
-        let window = self.per_p.floor(admitted_at);
-        if state.window != window || self.per_p.floor(now) > window {
+        let window = self.windows.index_at(admitted_at);
+        if state.window != window || self.windows.index_at(now) > window {
             return Some(false);
         }
         state.count -= cost.min(state.count);

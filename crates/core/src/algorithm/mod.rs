@@ -26,6 +26,7 @@ mod small_deque;
 mod stepped_window;
 mod tally;
 mod token_bucket;
+mod windows;
 
 use std::time::Duration;
 

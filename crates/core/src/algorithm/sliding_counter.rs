@@ -2,25 +2,28 @@
 //! window counts, the previous one weighted by how much of it still overlaps
 //! the sliding window.
 //!
-//! Admitted when `floor(prev × (P − elapsed) / P) + curr + c ≤ N`.
+//! Admitted when `floor(prev × (P − elapsed) / P) + curr + c ≤ N`. On a
+//! calendar's windows, whose lengths vary, `P` is the length of the current
+//! window: the previous window weighs the share of the current one still
+//! to come.
 //! A reservation is counted in the window of its slot and remembered as
 //! `booked_until`; before that instant plain checks are rejected (they do not
 //! jump the queue of booked requests).
 
 use super::codec::{put_u64, Reader, StateCodec};
-use super::divisor::Divisor;
 use super::tally::{queued, Instants, Tally};
+use super::windows::Windows;
 use super::{Algorithm, Slot};
+use crate::calendar::{Calendar, Window};
 use crate::decision::Decision;
 use crate::rate::Rate;
 
-/// At most `N` per sliding window of `P`, estimated from two counters.
+/// At most `N` per sliding window of `P` (or of a calendar unit),
+/// estimated from two counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindowCounter {
     n: u64,
-    p: u64,
-    /// Dividing by `p`: the window of an instant, and the weighting.
-    per_p: Divisor,
+    windows: Windows,
 }
 
 /// The current window's index and the counts of it and the one before.
@@ -35,10 +38,15 @@ pub struct SlidingWindowCounterState {
 impl SlidingWindowCounter {
     /// At most `rate.limit()` per sliding `rate.period()`.
     pub fn new(rate: Rate) -> Self {
+        SlidingWindowCounter::with_calendar(rate, None)
+    }
+
+    /// At most `rate.limit()` per sliding window of `calendar`'s unit (its
+    /// `rate.period()` unused), or of `rate.period()` when there is none.
+    pub fn with_calendar(rate: Rate, calendar: Option<Calendar>) -> Self {
         SlidingWindowCounter {
             n: rate.limit(),
-            p: rate.period_nanos(),
-            per_p: Divisor::new(rate.period_nanos()),
+            windows: Windows::new(rate.period_nanos(), calendar),
         }
     }
 
@@ -53,22 +61,28 @@ impl SlidingWindowCounter {
         }
     }
 
-    fn weighted(&self, prev: u64, elapsed: u64) -> u64 {
-        let weighted = u128::from(prev) * u128::from(self.p - elapsed);
-        match u64::try_from(weighted) {
-            Ok(weighted) => self.per_p.floor(weighted),
-            Err(_) => super::bucket::div_floor(weighted, self.p),
-        }
+    /// `prev` weighed at `elapsed` ns into a window of `len` ns.
+    fn weighted(&self, prev: u64, elapsed: u64, len: u64) -> u64 {
+        let weighted = u128::from(prev) * u128::from(len - elapsed);
+        self.windows.divide(weighted, len)
     }
 
-    /// The first elapsed time (ns into the window) from which
-    /// `floor(prev × (P − e) / P) ≤ room`.
-    fn first_elapsed_within(&self, prev: u64, room: u64) -> u64 {
+    /// The weighted count of `window` at `t` (in it), its counts being
+    /// `(prev, curr)`.
+    fn weighted_count(&self, window: &Window, prev: u64, curr: u64, t: u64) -> u64 {
+        let len = self.windows.len(window);
+        self.weighted(prev, t - window.start, len)
+            .saturating_add(curr)
+    }
+
+    /// The first elapsed time (ns into a window of `len` ns) from which
+    /// `floor(prev × (len − e) / len) ≤ room`.
+    fn first_elapsed_within(&self, prev: u64, room: u64, len: u64) -> u64 {
         if prev <= room {
             return 0;
         }
         // prev·(P − e) < (room + 1)·P  ⇔  e > P·(prev − room − 1) / prev
-        let p = u128::from(self.p);
+        let p = u128::from(len);
         let e = p * u128::from(prev - room - 1) / u128::from(prev) + 1;
         u64::try_from(e).unwrap_or(u64::MAX)
     }
@@ -76,40 +90,45 @@ impl SlidingWindowCounter {
     /// The first instant at or after `from` at which `cost` fits, counting
     /// from a state whose counts are `(prev, curr)` in `from`'s window.
     fn first_fit(&self, prev: u64, curr: u64, cost: u64, from: u64) -> u64 {
-        let window = self.per_p.floor(from);
-        let start = window * self.p;
+        let window = self.windows.at(from);
+        let next = self.windows.get(window.index.saturating_add(1));
         // This window, the next (this one's count becomes prev), the one after
         // (both empty: always fits, since cost ≤ N). Instants saturate at
         // u64::MAX (reservations piled up near the end of time).
-        let candidates = [(prev, curr, start), (curr, 0, start.saturating_add(self.p))];
-        for (prev, curr, start) in candidates {
+        let candidates = [(prev, curr, &window), (curr, 0, &next)];
+        for (prev, curr, window) in candidates {
             if curr + cost > self.n {
                 continue;
             }
-            let e = self.first_elapsed_within(prev, self.n - curr - cost);
-            if e < self.p {
-                return from.max(start.saturating_add(e));
+            let len = self.windows.len(window);
+            let e = self.first_elapsed_within(prev, self.n - curr - cost, len);
+            if e < len {
+                return from.max(window.start.saturating_add(e));
             }
         }
-        start.saturating_add(self.p.saturating_mul(2))
+        next.end
     }
 
     /// When a state with these counts in `window` stops weighing anything.
     fn quiet_from(&self, window: u64, prev: u64, curr: u64) -> u64 {
-        let start = window.saturating_mul(self.p);
         if curr > 0 {
-            start
-                .saturating_add(self.p)
-                .saturating_add(self.first_elapsed_within(curr, 0))
+            let next = self.windows.get(window.saturating_add(1));
+            let len = self.windows.len(&next);
+            next.start
+                .saturating_add(self.first_elapsed_within(curr, 0, len))
         } else if prev > 0 {
-            start.saturating_add(self.first_elapsed_within(prev, 0))
+            let current = self.windows.get(window);
+            let len = self.windows.len(&current);
+            current
+                .start
+                .saturating_add(self.first_elapsed_within(prev, 0, len))
         } else {
             0
         }
     }
 
     fn pending(&self, state: &SlidingWindowCounterState, now: u64) -> bool {
-        now < state.booked_until || self.per_p.floor(now) < state.window
+        now < state.booked_until || self.windows.index_at(now) < state.window
     }
 }
 
@@ -137,11 +156,12 @@ impl Algorithm for SlidingWindowCounter {
             let next = self.next_available(state, now, cost);
             return queued(self.n, now, next, self.expires_at(state));
         }
-        let window = self.per_p.floor(now);
+        let current = self.windows.at(now);
+        let window = current.index;
         let (prev, curr) = self.counts(state, window);
         let tally = Tally {
             limit: self.n,
-            count: self.weighted(prev, now - window * self.p) + curr,
+            count: self.weighted(prev, now - current.start, self.windows.len(&current)) + curr,
         };
         tally.decide(
             now,
@@ -156,7 +176,7 @@ impl Algorithm for SlidingWindowCounter {
 
     #[inline(always)]
     fn commit(&self, state: &mut SlidingWindowCounterState, now: u64, cost: u64) -> Option<u64> {
-        let window = self.per_p.floor(now);
+        let window = self.windows.index_at(now);
         let (prev, curr) = self.counts(state, window);
         state.window = window;
         state.prev = prev;
@@ -167,8 +187,8 @@ impl Algorithm for SlidingWindowCounter {
     fn next_available(&self, state: &SlidingWindowCounterState, now: u64, cost: u64) -> u64 {
         let from = now
             .max(state.booked_until)
-            .max(state.window.saturating_mul(self.p));
-        let (prev, curr) = self.counts(state, self.per_p.floor(from));
+            .max(self.windows.get(state.window).start);
+        let (prev, curr) = self.counts(state, self.windows.index_at(from));
         self.first_fit(prev, curr, cost, from)
     }
 
@@ -191,7 +211,7 @@ impl Algorithm for SlidingWindowCounter {
     /// Counts saturate where adding any cost still fits the codec's bound.
     fn record(&self, state: &mut SlidingWindowCounterState, at: u64, cost: u64) -> Option<u64> {
         let most = (u64::MAX - self.n) / 2;
-        let window = self.per_p.floor(at);
+        let window = self.windows.index_at(at);
         if cost > 0 {
             if window >= state.window {
                 let (prev, curr) = self.counts(state, window);
@@ -202,10 +222,10 @@ impl Algorithm for SlidingWindowCounter {
                 state.prev = state.prev.saturating_add(cost).min(most);
             }
         }
-        let t = at.max(state.window.saturating_mul(self.p));
-        let (prev, curr) = self.counts(state, self.per_p.floor(t));
-        let start = self.per_p.floor(t).saturating_mul(self.p);
-        Some(self.weighted(prev, t - start).saturating_add(curr))
+        let t = at.max(self.windows.get(state.window).start);
+        let current = self.windows.at(t);
+        let (prev, curr) = self.counts(state, current.index);
+        Some(self.weighted_count(&current, prev, curr, t))
     }
 
     /// Into the window the request was counted in while that window
@@ -218,8 +238,8 @@ impl Algorithm for SlidingWindowCounter {
         now: u64,
         cost: u64,
     ) -> Option<bool> {
-        let window = self.per_p.floor(admitted_at);
-        if self.per_p.floor(now) > window.saturating_add(1) {
+        let window = self.windows.index_at(admitted_at);
+        if self.windows.index_at(now) > window.saturating_add(1) {
             return Some(false);
         }
         let count = if state.window == window {

@@ -3,17 +3,22 @@
 -- algorithm/tally.rs. A reservation that does not fit the current window
 -- is booked into the first later window with room; until that window
 -- begins, plain checks are rejected.
--- Spec: "fixed_window n p" (p not reduced: windows are aligned to it).
+-- Spec: "fixed_window n p" (p not reduced: windows are aligned to it), or
+-- "fixed_window n p calendar ..." for calendar windows (windows.lua).
 -- State: "window count": the window index the count belongs to, and the
 -- count.
 
 function LOADERS.fixed_window()
   local fixed_window = {}
 
+  local W = windows()
+
   function fixed_window.parse(f)
+    local p = number_field(f[3], 'p')
     return {
       n = number_field(f[2], 'n'),
-      p = number_field(f[3], 'p'),
+      p = p,
+      win = W.parse(f, p),
     }
   end
 
@@ -30,9 +35,9 @@ function LOADERS.fixed_window()
     return B.str(st.window) .. ' ' .. B.str(st.count)
   end
 
-  -- (window + 1) * p, saturating at u64::MAX.
+  -- The end of the window numbered window, saturating at u64::MAX.
   local function window_end(L, window)
-    return B.sat64(B.mul(B.add(window, B.ONE), L.p))
+    return W.get(L.win, window).finish
   end
 
   -- The count of `window` as the state records it.
@@ -42,7 +47,8 @@ function LOADERS.fixed_window()
   end
 
   function fixed_window.evaluate(L, st, now, cost)
-    local window = B.div_floor(now, L.p)
+    local current = W.at(L.win, now)
+    local window = current.index
     if B.cmp(st.window, window) > 0 then
       -- A later window is booked: wait for the queue (tally.rs `queued`).
       local d = decision(false, L.n)
@@ -51,7 +57,7 @@ function LOADERS.fixed_window()
       return d
     end
     local count = count_in(st, window)
-    local finish = window_end(L, window)
+    local finish = current.finish
     -- tally.rs `Tally::decide`: reset is the window's end, or now when
     -- nothing is counted (and nothing would be).
     local reset = now
@@ -73,18 +79,19 @@ function LOADERS.fixed_window()
   end
 
   function fixed_window.commit(L, st, now, cost)
-    local window = B.div_floor(now, L.p)
+    local window = W.index_at(L.win, now)
     st.count = B.add(count_in(st, window), cost)
     st.window = window
     return nil
   end
 
   function fixed_window.next_available(L, st, now, cost)
-    local window = B.max(B.div_floor(now, L.p), st.window)
+    local window = B.max(W.index_at(L.win, now), st.window)
+    local bounds = W.get(L.win, window)
     if B.cmp(B.add(count_in(st, window), cost), L.n) <= 0 then
-      return B.max(now, B.sat64(B.mul(window, L.p)))
+      return B.max(now, bounds.start)
     end
-    return window_end(L, window)
+    return bounds.finish
   end
 
   function fixed_window.slot(L, st, now, cost)
@@ -107,7 +114,7 @@ function LOADERS.fixed_window()
     -- than the state's is ignored. The count saturates at u64::MAX - n.
     -- Returns the count of the later of the two windows.
     function fixed_window.record(L, st, at, cost)
-      local window = B.div_floor(at, L.p)
+      local window = W.index_at(L.win, at)
       if B.cmp(window, st.window) < 0 then return st.count end
       if not B.is_zero(cost) then
         local most = B.sub(B.U64_MAX, L.n)

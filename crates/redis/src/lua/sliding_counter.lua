@@ -3,18 +3,25 @@
 -- tollgate-core's algorithm/sliding_counter.rs (with tally_decide and
 -- queued_decision from tally.lua).
 -- Admitted when floor(prev * (p - elapsed) / p) + curr + cost <= n.
--- Spec: "sliding_window_counter n p".
--- State: "window prev curr booked_until" (window = floor(t / p)).
+-- On calendar windows (windows.lua) p is the length of the window at hand.
+-- Spec: "sliding_window_counter n p", or "... n p calendar ..." for
+-- calendar windows.
+-- State: "window prev curr booked_until" (window = floor(t / p), or the
+-- calendar's window number).
 
 function LOADERS.sliding_window_counter()
   local sliding_window_counter = {}
   local T = tally()
   local tally_decide, queued_decision = T.decide, T.queued
 
+  local W = windows()
+
   function sliding_window_counter.parse(f)
+    local p = number_field(f[3], 'p')
     return {
       n = number_field(f[2], 'n'),
-      p = number_field(f[3], 'p'),
+      p = p,
+      win = W.parse(f, p),
     }
   end
 
@@ -49,49 +56,55 @@ function LOADERS.sliding_window_counter()
     return B.ZERO, B.ZERO
   end
 
-  local function swc_weighted(L, prev, elapsed)
-    return B.sat64(B.div_floor(B.mul(prev, B.sub(L.p, elapsed)), L.p))
+  -- prev weighed at elapsed ns into a window of len ns.
+  local function swc_weighted(prev, elapsed, len)
+    return B.sat64(B.div_floor(B.mul(prev, B.sub(len, elapsed)), len))
   end
 
-  -- The first elapsed time (ns into the window) from which
-  -- floor(prev * (p - e) / p) <= room.
-  local function swc_first_elapsed_within(L, prev, room)
+  -- The first elapsed time (ns into a window of len ns) from which
+  -- floor(prev * (len - e) / len) <= room.
+  local function swc_first_elapsed_within(prev, room, len)
     if B.cmp(prev, room) <= 0 then return B.ZERO end
     -- prev * (p - e) < (room + 1) * p  <=>  e > p * (prev - room - 1) / prev
     local k = B.sub(B.sub(prev, room), B.ONE)
-    return B.sat64(B.add(B.div_floor(B.mul(L.p, k), prev), B.ONE))
+    return B.sat64(B.add(B.div_floor(B.mul(len, k), prev), B.ONE))
   end
 
   -- The first instant at or after from at which cost fits, counting from a
   -- state whose counts are (prev, curr) in from's window; like every
   -- instant, saturated at 2^64 - 1 ns as the core's are.
   local function swc_first_fit(L, prev, curr, cost, from)
-    local start = B.mul(B.div_floor(from, L.p), L.p)
+    local window = W.at(L.win, from)
+    local next_window = W.get(L.win, B.add(window.index, B.ONE))
     -- This window, the next (this one's count becomes prev), the one after
     -- (both empty: always fits, since cost <= n).
     local candidates = {
-      { prev, curr, start },
-      { curr, B.ZERO, B.add(start, L.p) },
+      { prev, curr, window },
+      { curr, B.ZERO, next_window },
     }
     for _, c in ipairs(candidates) do
       local used = B.add(c[2], cost)
       if B.cmp(used, L.n) <= 0 then
-        local e = swc_first_elapsed_within(L, c[1], B.sub(L.n, used))
-        if B.cmp(e, L.p) < 0 then
-          return B.sat64(B.max(from, B.add(c[3], e)))
+        local len = W.len(L.win, c[3])
+        local e = swc_first_elapsed_within(c[1], B.sub(L.n, used), len)
+        if B.cmp(e, len) < 0 then
+          return B.sat64(B.max(from, B.add(c[3].start, e)))
         end
       end
     end
-    return B.sat64(B.add(start, B.add(L.p, L.p)))
+    return next_window.finish
   end
 
   -- When a state with these counts in window stops weighing anything.
   local function swc_quiet_from(L, window, prev, curr)
-    local start = B.sat64(B.mul(window, L.p))
     if not B.is_zero(curr) then
-      return B.sat64(B.add(B.add(start, L.p), swc_first_elapsed_within(L, curr, B.ZERO)))
+      local next_window = W.get(L.win, B.add(window, B.ONE))
+      local len = W.len(L.win, next_window)
+      return B.sat64(B.add(next_window.start, swc_first_elapsed_within(curr, B.ZERO, len)))
     elseif not B.is_zero(prev) then
-      return B.sat64(B.add(start, swc_first_elapsed_within(L, prev, B.ZERO)))
+      local current = W.get(L.win, window)
+      local len = W.len(L.win, current)
+      return B.sat64(B.add(current.start, swc_first_elapsed_within(prev, B.ZERO, len)))
     end
     return B.ZERO
   end
@@ -101,19 +114,20 @@ function LOADERS.sliding_window_counter()
   end
 
   function sliding_window_counter.next_available(L, st, now, cost)
-    local from = B.max(B.max(now, st.booked_until), B.sat64(B.mul(st.window, L.p)))
-    local prev, curr = swc_counts(st, B.div_floor(from, L.p))
+    local from = B.max(B.max(now, st.booked_until), W.get(L.win, st.window).start)
+    local prev, curr = swc_counts(st, W.index_at(L.win, from))
     return swc_first_fit(L, prev, curr, cost, from)
   end
 
   function sliding_window_counter.evaluate(L, st, now, cost)
-    local window = B.div_floor(now, L.p)
+    local current = W.at(L.win, now)
+    local window = current.index
     if B.cmp(now, st.booked_until) < 0 or B.cmp(window, st.window) < 0 then
       local next_at = sliding_window_counter.next_available(L, st, now, cost)
       return queued_decision(L.n, now, next_at, sliding_window_counter.expires_at(L, st))
     end
     local prev, curr = swc_counts(st, window)
-    local count = B.add(swc_weighted(L, prev, B.sub(now, B.mul(window, L.p))), curr)
+    local count = B.add(swc_weighted(prev, B.sub(now, current.start), W.len(L.win, current)), curr)
     return tally_decide(L.n, count, now, cost,
       function() return swc_quiet_from(L, window, prev, B.add(curr, cost)) end,
       function() return swc_quiet_from(L, window, prev, curr) end,
@@ -121,7 +135,7 @@ function LOADERS.sliding_window_counter()
   end
 
   function sliding_window_counter.commit(L, st, now, cost)
-    local window = B.div_floor(now, L.p)
+    local window = W.index_at(L.win, now)
     local prev, curr = swc_counts(st, window)
     st.window = window
     st.prev = prev
@@ -146,7 +160,7 @@ function LOADERS.sliding_window_counter()
     -- Returns the weighted count at `at`, or at the start of the state's
     -- window when that is later.
     function sliding_window_counter.record(L, st, at, cost)
-      local window = B.div_floor(at, L.p)
+      local window = W.index_at(L.win, at)
       if not B.is_zero(cost) then
         local most = B.div_floor(B.sub(B.U64_MAX, L.n), B.num(2))
         if B.cmp(window, st.window) >= 0 then
@@ -158,11 +172,11 @@ function LOADERS.sliding_window_counter()
           st.prev = B.min(B.add(st.prev, cost), most)
         end
       end
-      local t = B.max(at, B.sat64(B.mul(st.window, L.p)))
-      local w = B.div_floor(t, L.p)
-      local prev, curr = swc_counts(st, w)
-      local start = B.sat64(B.mul(w, L.p))
-      return B.sat64(B.add(swc_weighted(L, prev, B.sub(t, start)), curr))
+      local t = B.max(at, W.get(L.win, st.window).start)
+      local current = W.at(L.win, t)
+      local prev, curr = swc_counts(st, current.index)
+      local weighted = swc_weighted(prev, B.sub(t, current.start), W.len(L.win, current))
+      return B.sat64(B.add(weighted, curr))
     end
   end
 
