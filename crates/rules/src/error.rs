@@ -228,6 +228,15 @@ pub enum ErrorKind {
     /// Both `unit` and `window`.
     #[error("give `unit` or `window`, not both")]
     UnitAndWindow,
+    /// `timezone` or `anchor` on a limit whose window is not a calendar's.
+    #[error("`{field}` applies only to calendar windows (`window: calendar_day`, `calendar_week`, `calendar_month` or `calendar_year`)")]
+    CalendarOnly {
+        /// The offending field.
+        field: &'static str,
+    },
+    /// A calendar window without `timezone`.
+    #[error("a calendar window needs `timezone`: an IANA name such as UTC, Europe/London or America/New_York")]
+    MissingTimezone,
     /// A number that does not parse or is out of range.
     #[error("`{field}` must be a whole number from {min} to {max}, found {text:?}")]
     Number {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tollgate_core::rate::parse_duration;
 
 use tollgate_core::ban::Ban;
+use tollgate_core::calendar::{Calendar, CalendarError, CalendarUnit};
 use tollgate_core::{AlgorithmName, Limit, LimitError, Rate};
 
 use crate::error::{ErrorKind, Location, RulesError};
@@ -44,6 +45,8 @@ const RATE_LIMIT_FIELDS: &[&str] = &[
     "burst",
     "step",
     "window",
+    "timezone",
+    "anchor",
     "lease_ttl",
     "ban",
 ];
@@ -56,6 +59,8 @@ const LIST_LIMIT_FIELDS: &[&str] = &[
     "burst",
     "step",
     "window",
+    "timezone",
+    "anchor",
     "lease_ttl",
     "ban",
 ];
@@ -428,7 +433,16 @@ impl<'f> FileParser<'f> {
             replaces: replaces.clone(),
             kind,
         };
-        const OPTIONS: [&str; 6] = ["algorithm", "burst", "step", "window", "lease_ttl", "ban"];
+        const OPTIONS: [&str; 8] = [
+            "algorithm",
+            "burst",
+            "step",
+            "window",
+            "timezone",
+            "anchor",
+            "lease_ttl",
+            "ban",
+        ];
         if self.flag(&f, "unlimited")? {
             // Envoy also ignores `requests_per_unit` here; it rejects `unit`.
             for field in ["unit"].into_iter().chain(OPTIONS) {
@@ -447,6 +461,15 @@ impl<'f> FileParser<'f> {
                 (Some(unit), None)
             }
             (None, Some(w)) => (None, Some(w)),
+            (None, None) if f.get("timezone").is_some() || f.get("anchor").is_some() => {
+                let field = if f.get("timezone").is_some() {
+                    "timezone"
+                } else {
+                    "anchor"
+                };
+                let at = f.key_at(field).unwrap_or(f.at);
+                return Err(self.err(at, ErrorKind::CalendarOnly { field }));
+            }
             (None, None) => {
                 return Err(self.err(
                     f.at,
@@ -480,10 +503,28 @@ impl<'f> FileParser<'f> {
                 unit,
             })));
         }
-        let (period_ns, period_at) = match (unit, window) {
-            (Some(unit), _) => (unit.seconds() * NANOS_PER_SEC, rpu_node.at),
-            (None, Some(w)) => (self.duration("window", w)?.0, w.at),
-            (None, None) => (NANOS_PER_SEC, f.at),
+        let calendar = match window {
+            Some(w) => self.calendar(&f, w)?,
+            None => None,
+        };
+        if calendar.is_none() {
+            if let Some(field) = ["timezone", "anchor"]
+                .into_iter()
+                .find(|o| f.get(o).is_some())
+            {
+                let at = f.key_at(field).unwrap_or(f.at);
+                return Err(self.err(at, ErrorKind::CalendarOnly { field }));
+            }
+        }
+        let (period_ns, period_at) = match (unit, window, calendar) {
+            (Some(unit), _, _) => (unit.seconds() * NANOS_PER_SEC, rpu_node.at),
+            // A calendar window's rate has the unit's usual length (named
+            // in reports, never used by the windows).
+            (None, Some(w), Some(calendar)) => {
+                (calendar.unit().nominal_secs() * NANOS_PER_SEC, w.at)
+            }
+            (None, Some(w), None) => (self.duration("window", w)?.0, w.at),
+            (None, None, _) => (NANOS_PER_SEC, f.at),
         };
         let reported = ReportedLimit {
             requests_per_unit,
@@ -499,6 +540,9 @@ impl<'f> FileParser<'f> {
             None => AlgorithmName::FixedWindow,
         };
         let mut limit = Limit::new(algorithm, rate);
+        if let Some(calendar) = calendar {
+            limit = limit.with_calendar(calendar);
+        }
         if let Some(b) = f.get("burst") {
             limit = limit.with_burst(self.number("burst", b, 0, u64::MAX)?);
         }
@@ -511,6 +555,10 @@ impl<'f> FileParser<'f> {
         }
         if let Err(e) = limit.build() {
             let field = match &e {
+                LimitError::Option {
+                    option: "calendar window",
+                    ..
+                } => Some("window"),
                 LimitError::Option { option, .. } => Some(*option),
                 LimitError::Burst { .. } | LimitError::Storage { .. } => Some("burst"),
                 LimitError::Step { .. } => Some("step"),
@@ -524,6 +572,36 @@ impl<'f> FileParser<'f> {
             limit = limit.with_ban(self.ban(b)?);
         }
         Ok(spec(LimitKind::Limited(limit, reported)))
+    }
+
+    /// The calendar of `window: calendar_<unit>` with its `timezone` and
+    /// `anchor`; `None` for any other window.
+    fn calendar(&self, f: &Fields<'_>, window: &Node) -> Result<Option<Calendar>> {
+        let text = self.string("window", window)?;
+        if !text.starts_with("calendar_") {
+            return Ok(None);
+        }
+        let unit: CalendarUnit = text
+            .parse()
+            .map_err(|e| self.err(window.at, ErrorKind::Limit(LimitError::Calendar(e))))?;
+        let Some(zone_node) = f.get("timezone") else {
+            return Err(self.err(window.at, ErrorKind::MissingTimezone));
+        };
+        let zone = self.string("timezone", zone_node)?;
+        let anchor = match f.get("anchor") {
+            Some(a) => Some((self.number("anchor", a, 0, u64::MAX)?, a.at)),
+            None => None,
+        };
+        Calendar::new(unit, &zone, anchor.map(|(a, _)| a))
+            .map(Some)
+            .map_err(|e| {
+                let at = match (&e, anchor) {
+                    (CalendarError::Anchor { .. }, Some((_, at))) => at,
+                    (CalendarError::Zone { .. }, _) => zone_node.at,
+                    _ => window.at,
+                };
+                self.err(at, ErrorKind::Limit(LimitError::Calendar(e)))
+            })
     }
 
     /// A limit's `ban: {after: N, within: D, for: D}`.
@@ -720,10 +798,10 @@ fn expected_list(allowed: &'static [&'static str]) -> &'static str {
             "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric, share_threshold, quota_mode, metadata, value_to_metric"
         }
         a if a == RATE_LIMIT_FIELDS => {
-            "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, lease_ttl, ban"
+            "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban"
         }
         a if a == LIST_LIMIT_FIELDS => {
-            "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, lease_ttl, ban"
+            "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban"
         }
         a if a == REPLACES_FIELDS => "name",
         a if a == BAN_FIELDS => "after, within, for",
