@@ -14,6 +14,9 @@ see. These hooks teach the generator those rules, and nothing else:
   `maxLength` counts characters);
 - a check's, reservation's or peek's `cost` is at most the limit's capacity (its `burst`, or
   the `N` of its rate; 5 for the sample rules, their smallest);
+- an inline limit's calendar `timezone` is a name of the IANA time zone
+  database (the schema says "a string"; a generated one becomes one of a
+  few real zones, any other answers `400 invalid_limit`, as documented);
 - on the Envoy JSON route, for a domain the sample rules define, a
   descriptor's hits are at most its limit's capacity (a request-side
   override's `requests_per_unit`, else the domain's smallest limit): more is
@@ -29,6 +32,9 @@ import re
 import schemathesis
 
 SAMPLE_DOMAIN = "api"
+# Real IANA zone names for generated calendar limits (DST, half-hour
+# offsets and a 30-minute DST change among them).
+SAMPLE_ZONES = ["UTC", "Europe/London", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]
 SAMPLE_SMALLEST_CAPACITY = 5
 # The domains of examples/rules and the smallest capacity of each file's
 # limits (api.yaml; bench-grpc.yaml, scripts/bench-grpc's rules).
@@ -186,6 +192,15 @@ def envoy_hits_fit(body):
     return True
 
 
+def with_real_zone(limit):
+    """`limit` with a generated `timezone` string replaced by a real zone
+    (chosen by the generated text, so a case maps the same way each time)."""
+    zone = limit.get("timezone")
+    if not isinstance(zone, str) or zone in SAMPLE_ZONES:
+        return limit
+    return {**limit, "timezone": SAMPLE_ZONES[sum(map(ord, zone)) % len(SAMPLE_ZONES)]}
+
+
 @schemathesis.hook
 def map_case(context, case):
     body = case.body
@@ -195,7 +210,9 @@ def map_case(context, case):
         and body["domain"]
         and case.operation.path.startswith("/v1/")
     ):
-        case.body = {**body, "domain": SAMPLE_DOMAIN}
+        case.body = body = {**body, "domain": SAMPLE_DOMAIN}
+    if isinstance(body, dict) and isinstance(body.get("limit"), dict):
+        case.body = {**body, "limit": with_real_zone(body["limit"])}
     return case
 
 

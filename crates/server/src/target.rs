@@ -6,9 +6,10 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use tollgate_core::calendar::{Calendar, CalendarUnit};
 use tollgate_core::rate::parse_duration;
 use tollgate_core::time::NANOS_PER_MS;
-use tollgate_core::{AlgorithmName, Limit, Moment, Rate};
+use tollgate_core::{AlgorithmName, Limit, LimitError, Moment, Rate};
 
 use crate::error::ApiError;
 use crate::settings::Settings;
@@ -103,12 +104,18 @@ pub fn store_key(key: &str, settings: &Settings) -> Result<Vec<u8>, ApiError> {
 /// when the store first builds it (a bad combination is a `400` from there,
 /// before anything is counted), not on every request.
 pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
+    let calendar = calendar_of(spec)?;
     let algorithm = match spec.algorithm.as_deref() {
         Some(name) => name.parse::<AlgorithmName>()?,
+        None if calendar.is_some() => AlgorithmName::FixedWindow,
         None => AlgorithmName::TokenBucket,
     };
-    let rate = rate_of(&spec.rate)?;
+    let rate = match calendar {
+        Some(calendar) => count_per_window(&spec.rate, calendar)?,
+        None => rate_of(&spec.rate)?,
+    };
     let mut limit = Limit::new(algorithm, rate);
+    limit.calendar = calendar;
     limit.burst = spec.burst;
     limit.step = spec
         .step
@@ -121,6 +128,43 @@ pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
         .map(|s| duration("lease_ttl", s))
         .transpose()?;
     Ok(limit)
+}
+
+/// The calendar of an inline limit's `window`, `timezone` and `anchor`;
+/// `None` without a `window`.
+fn calendar_of(spec: &LimitSpec) -> Result<Option<Calendar>, ApiError> {
+    let Some(window) = spec.window.as_deref() else {
+        if spec.timezone.is_some() || spec.anchor.is_some() {
+            return Err(ApiError::bad_request(
+                "invalid_limit",
+                "\"timezone\" and \"anchor\" apply only to a calendar \"window\"",
+            ));
+        }
+        return Ok(None);
+    };
+    let unit: CalendarUnit = window.parse().map_err(LimitError::from)?;
+    let zone = spec.timezone.as_deref().ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_limit",
+            "a calendar window needs \"timezone\": an IANA name such as UTC or Europe/London",
+        )
+    })?;
+    Ok(Some(
+        Calendar::new(unit, zone, spec.anchor).map_err(LimitError::from)?,
+    ))
+}
+
+/// The rate of a calendar limit: `text` is the count per window alone,
+/// its period the unit's usual length (named, never used by the windows).
+fn count_per_window(text: &str, calendar: Calendar) -> Result<Rate, ApiError> {
+    let count = text.trim().parse::<u64>().map_err(|_| {
+        ApiError::bad_request(
+            "invalid_rate",
+            format!("with a calendar window, \"rate\" is the count per window alone, e.g. \"10000\"; found {text:?}"),
+        )
+    })?;
+    let period = calendar.unit().nominal_secs() * tollgate_core::time::NANOS_PER_SEC;
+    Rate::from_nanos(count, period).map_err(|e| LimitError::from(e).into())
 }
 
 /// The rate `text` writes, parsed once per text and worker thread: clients
@@ -315,6 +359,9 @@ mod tests {
                 burst: None,
                 step: None,
                 lease_ttl: None,
+                window: None,
+                timezone: None,
+                anchor: None,
             }),
             ..DecisionRequest::default()
         }

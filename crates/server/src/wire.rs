@@ -75,6 +75,17 @@ pub struct LimitSpec<'a> {
     /// Lease lifetime of a concurrency limit, e.g. `30s`.
     #[serde(default, borrow, deserialize_with = "optional_text")]
     pub lease_ttl: Option<Cow<'a, str>>,
+    /// A calendar window instead of the rate's period: `calendar_day`,
+    /// `calendar_week`, `calendar_month` or `calendar_year`; `rate` is then
+    /// the count per window alone (`"10000"`).
+    #[serde(default, borrow, deserialize_with = "optional_text")]
+    pub window: Option<Cow<'a, str>>,
+    /// The calendar window's IANA time zone, e.g. `Europe/London`.
+    #[serde(default, borrow, deserialize_with = "optional_text")]
+    pub timezone: Option<Cow<'a, str>>,
+    /// Where the calendar window starts (see docs/semantics.md).
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
+    pub anchor: Option<u64>,
 }
 
 /// One descriptor entry: `{"key": "user", "value": "42"}`.

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
+use tollgate_core::calendar::CalendarUnit;
 use tollgate_core::{AlgorithmName, Limit, Rate, Store, StoreStatus};
 use tollgate_rules::{Rule, RuleSet};
 
@@ -238,7 +239,26 @@ fn counted(t: RuleTrend) -> RuleView {
 /// A limit in plain words: "20 burst, 10/s, token bucket".
 pub(crate) fn describe(limit: &Limit) -> String {
     let algorithm = limit.algorithm.as_str().replace('_', " ");
-    let rate = per_period(limit.rate);
+    let rate = match limit.calendar {
+        // "10000 per calendar month from the 15th, Europe/London"
+        Some(calendar) => {
+            let unit = calendar.unit().as_str().replace('_', " ");
+            let anchor = calendar.anchor();
+            let from = match calendar.unit() {
+                CalendarUnit::Day if anchor > 0 => format!(" from {anchor}:00"),
+                CalendarUnit::Week if anchor > 1 => format!(" from weekday {anchor}"),
+                CalendarUnit::Month if anchor > 1 => format!(" from day {anchor}"),
+                CalendarUnit::Year if anchor > 1 => format!(" from month {anchor}"),
+                _ => String::new(),
+            };
+            format!(
+                "{} per {unit}{from}, {}",
+                limit.rate.limit(),
+                calendar.zone_name()
+            )
+        }
+        None => per_period(limit.rate),
+    };
     let mut out = match limit.algorithm {
         AlgorithmName::Concurrency => format!("{} at once, concurrency", limit.rate.limit()),
         name if name.has_burst() => format!(
@@ -298,6 +318,13 @@ mod tests {
         assert_eq!(describe(&gcra), "5 burst, 5/min, gcra");
         let window = Limit::new(AlgorithmName::FixedWindow, Rate::per_minute(100).unwrap());
         assert_eq!(describe(&window), "100/min, fixed window");
+        let cycles =
+            tollgate_core::calendar::Calendar::new(CalendarUnit::Month, "Europe/London", Some(15))
+                .unwrap();
+        assert_eq!(
+            describe(&window.with_calendar(cycles)),
+            "100 per calendar month from day 15, Europe/London, fixed window"
+        );
         let leases = Limit::new(AlgorithmName::Concurrency, Rate::per_second(3).unwrap());
         assert_eq!(describe(&leases), "3 at once, concurrency");
         let five = Rate::new(100, Duration::from_secs(300)).unwrap();
