@@ -35,6 +35,7 @@ use tollgate_core::{Decision, Limit, LimitKey, Moment, Store, StoreError};
 
 use crate::error::UnknownDomain;
 use crate::matcher::Domain;
+use crate::overrides::Found;
 use crate::resolve::{resolve_rules, Descriptor};
 use crate::rule::Rule;
 use crate::ruleset::RuleSet;
@@ -147,10 +148,30 @@ impl<'r> Plan<'r> {
         descriptors: &[D],
         global_shadow: bool,
     ) -> Result<Plan<'r>, UnknownDomain> {
+        Plan::resolve_with(
+            rules,
+            domain,
+            descriptors,
+            &crate::overrides::NO_OVERRIDES,
+            global_shadow,
+        )
+    }
+
+    /// [`resolve`](Plan::resolve), a descriptor with a runtime override in
+    /// `overrides` (what
+    /// [`OverrideTable::find`](crate::overrides::OverrideTable::find) found
+    /// for these descriptors) taking the override's rule.
+    pub fn resolve_with<D: Descriptor>(
+        rules: &'r RuleSet,
+        domain: &str,
+        descriptors: &[D],
+        overrides: &'r Found,
+        global_shadow: bool,
+    ) -> Result<Plan<'r>, UnknownDomain> {
         let found = rules.domain(domain).ok_or_else(|| UnknownDomain {
             domain: domain.to_string(),
         })?;
-        Ok(Plan::new(found, descriptors, global_shadow))
+        Ok(Plan::new_with(found, descriptors, overrides, global_shadow))
     }
 
     /// Resolves `descriptors` against `domain` (`replaces` applied). With
@@ -160,7 +181,23 @@ impl<'r> Plan<'r> {
         descriptors: &[D],
         global_shadow: bool,
     ) -> Plan<'r> {
-        let descriptors = resolve_rules(domain, descriptors)
+        Plan::new_with(
+            domain,
+            descriptors,
+            &crate::overrides::NO_OVERRIDES,
+            global_shadow,
+        )
+    }
+
+    /// [`new`](Plan::new) with the runtime overrides `overrides` found for
+    /// these descriptors.
+    pub fn new_with<D: Descriptor>(
+        domain: &'r Domain,
+        descriptors: &[D],
+        overrides: &'r Found,
+        global_shadow: bool,
+    ) -> Plan<'r> {
+        let descriptors = resolve_rules(domain, descriptors, overrides)
             .into_iter()
             .zip(descriptors)
             .map(|(rule, d)| {

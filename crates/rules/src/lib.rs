@@ -77,6 +77,8 @@
 //!   list that turns HTTP requests into descriptors (for the gateway and the
 //!   tower middleware), its schema, [`PathGlob`], and [`NetworkSet`] (the
 //!   client networks of `client_cidr`).
+//! - [`overrides`]: [`overrides::OverrideTable`], limits set at runtime
+//!   for exact descriptors, ahead of the files.
 //! - [`check`]: the rules decision through a store, shared by every
 //!   transport.
 //! - [`watch`]: [`watch::RulesWatcher`], reloading on change.
@@ -88,6 +90,7 @@ mod glob;
 mod matcher;
 mod metadata;
 mod networks;
+pub mod overrides;
 mod parse;
 mod resolve;
 mod route;
@@ -110,6 +113,7 @@ pub use route::{
 };
 pub use rule::{
     parse_counter_key, CounterKeyParts, PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch,
+    OVERRIDE_LABEL,
 };
 pub use ruleset::{LoadOptions, RuleSet, MAX_FILE_BYTES};
 pub use yaml::{MAX_DEPTH, MAX_NODES};

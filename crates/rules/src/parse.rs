@@ -65,6 +65,9 @@ const LIST_LIMIT_FIELDS: &[&str] = &[
     "ban",
 ];
 const REPLACES_FIELDS: &[&str] = &["name"];
+/// The fields of a runtime override (see `overrides`): a descriptor's
+/// limit fields, without those that name request values in metrics.
+const OVERRIDE_FIELDS: &[&str] = &["rate_limit", "rate_limits", "shadow_mode", "quota_mode"];
 const BAN_FIELDS: &[&str] = &["after", "within", "for"];
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
@@ -105,6 +108,49 @@ pub(crate) fn parse_domain_into(
         file_label: Arc::from(file),
     };
     parser.file(&root, existing)
+}
+
+/// Parses a runtime override's limit (`text`, a YAML or JSON mapping with
+/// `rate_limit` or `rate_limits`, and optionally `shadow_mode` and
+/// `quota_mode`) into the rule of `domain`'s exact descriptors that carry
+/// it. Errors name `label` as their file.
+pub(crate) fn parse_override(domain: &str, text: &str, label: &str) -> Result<Rule> {
+    let root = yaml::parse(text).map_err(|(at, kind)| match at {
+        Some(at) => RulesError::at(label, at, kind),
+        None => RulesError::file(label, kind),
+    })?;
+    let start = Location { line: 1, column: 1 };
+    let missing = ErrorKind::MissingField {
+        field: "rate_limit",
+        context: "an override",
+    };
+    let Some(root) = root else {
+        return Err(RulesError::at(label, start, missing));
+    };
+    let mut parser = FileParser {
+        file: label,
+        file_label: Arc::from(label),
+    };
+    let fields = parser.fields(&root, "the override", "an override", OVERRIDE_FIELDS)?;
+    let specs = match (fields.get("rate_limit"), fields.get("rate_limits")) {
+        (Some(_), Some(_)) => {
+            let at = fields.key_at("rate_limits").unwrap_or(fields.at);
+            return Err(parser.err(at, ErrorKind::BothRateLimitForms));
+        }
+        (Some(one), None) => vec![parser.limit(one, true)?],
+        (None, Some(list)) => parser.limit_list(list)?,
+        (None, None) => return Err(parser.err(fields.at, missing)),
+    };
+    let flags = RuleFlags {
+        shadow_mode: parser.flag(&fields, "shadow_mode")?,
+        detailed_metric: false,
+        quota_mode: parser.flag(&fields, "quota_mode")?,
+    };
+    let id = crate::rule::override_id(domain);
+    let mut rule = parser.rule(domain, &id, &[], specs, flags, 0)?;
+    rule.key_prefix = crate::rule::override_key_prefix(domain);
+    rule.exact_entries = true;
+    Ok(rule)
 }
 
 /// A mapping's fields, checked against the allowed names.
@@ -405,6 +451,7 @@ impl<'f> FileParser<'f> {
             quota_mode: flags.quota_mode,
             metadata: None,
             key_prefix: key_prefix(domain, path),
+            exact_entries: false,
             header_names,
             line,
         })
@@ -804,6 +851,7 @@ fn expected_list(allowed: &'static [&'static str]) -> &'static str {
             "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban"
         }
         a if a == REPLACES_FIELDS => "name",
+        a if a == OVERRIDE_FIELDS => "rate_limit, rate_limits, shadow_mode, quota_mode",
         a if a == BAN_FIELDS => "after, within, for",
         a => crate::route_parse::expected_route_fields(a),
     }

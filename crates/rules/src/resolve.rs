@@ -10,6 +10,7 @@
 //! one descriptor is `matcher`'s job.
 
 use crate::matcher::Domain;
+use crate::overrides::Found;
 use crate::rule::Rule;
 
 /// A request descriptor: a list of (key, value) entries.
@@ -113,12 +114,14 @@ impl<'a> Resolved<'a> {
     }
 }
 
-/// Resolves each descriptor against `domain`, then applies `replaces`.
+/// Resolves each descriptor against `domain` (its override, when `found`
+/// has one, before the rules), then applies `replaces`.
 pub(crate) fn resolve<'a, D: Descriptor>(
     domain: &'a Domain,
     descriptors: &'a [D],
+    found: &'a Found,
 ) -> Vec<Option<Resolved<'a>>> {
-    let rules = resolve_rules(domain, descriptors);
+    let rules = resolve_rules(domain, descriptors, found);
     rules
         .into_iter()
         .zip(descriptors)
@@ -131,14 +134,23 @@ pub(crate) fn resolve<'a, D: Descriptor>(
         .collect()
 }
 
-/// The rule of each descriptor, `replaces` applied. The rules borrow the
-/// domain only, so they outlive a request's short-lived descriptors.
+/// The rule of each descriptor — its runtime override when `found` has
+/// one, otherwise the rules files' — `replaces` applied. The rules borrow
+/// the domain and `found` only, so they outlive a request's short-lived
+/// descriptors.
 pub(crate) fn resolve_rules<'r, D: Descriptor>(
     domain: &'r Domain,
     descriptors: &[D],
+    found: &'r Found,
 ) -> Vec<Option<&'r Rule>> {
-    let mut out: Vec<Option<&'r Rule>> = descriptors.iter().map(|d| domain.find(d)).collect();
-    if domain.has_replaces() {
+    let mut out: Vec<Option<&'r Rule>> = descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| found.rule(i).or_else(|| domain.find(d)))
+        .collect();
+    let overridden_replaces =
+        !found.is_empty() && out.iter().flatten().any(|r| !r.replaces().is_empty());
+    if domain.has_replaces() || overridden_replaces {
         apply_replaces(&mut out);
     }
     out

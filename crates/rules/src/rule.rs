@@ -178,6 +178,10 @@ pub struct Rule {
     pub(crate) quota_mode: bool,
     pub(crate) metadata: Option<Arc<Metadata>>,
     pub(crate) key_prefix: Vec<u8>,
+    /// A runtime override's rule: `key_prefix` already names the
+    /// descriptor's keys and values, and its counters do not depend on
+    /// anything else of the request.
+    pub(crate) exact_entries: bool,
     /// Each limit's name in the rate-limit headers, written at load (see
     /// [`Rule::limit_header_name`]); derived from `name`, `id` and
     /// `limits`, so left out of the comparison.
@@ -202,6 +206,7 @@ impl PartialEq for Rule {
             && self.detailed_metric == other.detailed_metric
             && self.quota_mode == other.quota_mode
             && self.metadata == other.metadata
+            && self.exact_entries == other.exact_entries
     }
 }
 
@@ -312,7 +317,17 @@ impl Rule {
         }
     }
 
-    /// The line of the rules file where the rule's descriptor starts.
+    /// Whether the rule is a runtime override's (set through
+    /// `PUT /v1/overrides/{domain}`, not written in a rules file): it
+    /// applies to one exact descriptor, and its metric label is the
+    /// domain's one override label (`api._override_`), whatever the
+    /// descriptor.
+    pub fn is_override(&self) -> bool {
+        self.exact_entries
+    }
+
+    /// The line of the rules file where the rule's descriptor starts (0
+    /// for an override).
     pub fn line(&self) -> usize {
         self.line
     }
@@ -375,8 +390,15 @@ impl Rule {
     /// with `share_threshold` writes `*` in place of the value (no part
     /// starts with `*`, they start with their length), so every value the
     /// pattern matches shares one counter.
+    ///
+    /// A runtime override's rule applies to exact descriptors: after its
+    /// prefix (the domain and `!`) come each entry's key and value.
     pub fn write_counter_key<D: Descriptor + ?Sized>(&self, descriptor: &D, buf: &mut Vec<u8>) {
         buf.extend_from_slice(&self.key_prefix);
+        if self.exact_entries {
+            write_entries(descriptor, buf);
+            return;
+        }
         for i in 0..descriptor.len() {
             if self.path.get(i).is_some_and(|step| step.share_threshold) {
                 buf.push(b'*');
@@ -411,6 +433,37 @@ pub(crate) fn push_part(buf: &mut Vec<u8>, part: &[u8]) {
     buf.extend_from_slice(&digits[at..]);
     buf.push(b':');
     buf.extend_from_slice(part);
+}
+
+/// The id (and metric label) of every override of `domain`: one label per
+/// domain, so a million overrides make one series, not a million.
+pub(crate) fn override_id(domain: &str) -> String {
+    format!("{domain}.{OVERRIDE_LABEL}")
+}
+
+/// The last part of an override's metric label.
+pub const OVERRIDE_LABEL: &str = "_override_";
+
+/// The start of the counter keys of `domain`'s overrides: the version
+/// tag, the domain and `!` (no rule path starts with it: a path's first
+/// part starts with its length). Each key goes on with the descriptor's
+/// entries ([`write_entries`]).
+pub(crate) fn override_key_prefix(domain: &str) -> Vec<u8> {
+    let mut buf = b"tg1|".to_vec();
+    push_part(&mut buf, domain.as_bytes());
+    buf.push(b'!');
+    buf
+}
+
+/// Appends each entry's key and value, length-prefixed: the exact
+/// descriptor, unambiguously (an override's key, and its counter key's
+/// end).
+pub(crate) fn write_entries<D: Descriptor + ?Sized>(descriptor: &D, buf: &mut Vec<u8>) {
+    for i in 0..descriptor.len() {
+        let (key, value) = descriptor.entry(i);
+        push_part(buf, key.as_bytes());
+        push_part(buf, value.as_bytes());
+    }
 }
 
 /// The precomputed part of a rule's counter keys: a version tag, the

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{ErrorKind, RulesError, UnknownDomain};
 use crate::matcher::Domain;
+use crate::overrides::Found;
 use crate::parse::{parse_domain, parse_domain_into};
 use crate::resolve::{self, Descriptor, Resolved};
 
@@ -170,10 +171,23 @@ impl RuleSet {
         domain: &str,
         descriptors: &'a [D],
     ) -> Result<Vec<Option<Resolved<'a>>>, UnknownDomain> {
+        self.resolve_with(domain, descriptors, &crate::overrides::NO_OVERRIDES)
+    }
+
+    /// [`resolve`](RuleSet::resolve), with the runtime overrides `found`
+    /// for these descriptors (see
+    /// [`OverrideTable::find`](crate::overrides::OverrideTable::find)): a
+    /// descriptor that has one takes its rule instead of the files'.
+    pub fn resolve_with<'a, D: Descriptor>(
+        &'a self,
+        domain: &str,
+        descriptors: &'a [D],
+        found: &'a Found,
+    ) -> Result<Vec<Option<Resolved<'a>>>, UnknownDomain> {
         let domain = self.domains.get(domain).ok_or_else(|| UnknownDomain {
             domain: domain.to_string(),
         })?;
-        Ok(resolve::resolve(domain, descriptors))
+        Ok(resolve::resolve(domain, descriptors, found))
     }
 }
 
