@@ -21,7 +21,13 @@ see. These hooks teach the generator those rules, and nothing else:
   descriptor's hits are at most its limit's capacity (a request-side
   override's `requests_per_unit`, else the domain's smallest limit): more is
   `400 cost_too_large` (SPEC §2: a cost that can never fit is an error, not
-  an eternal 429).
+  an eternal 429);
+- `/v1/overrides/{domain}` names the sample domain, and an override's
+  limit is one the rules accept (each option only on its algorithm, a
+  step within its window, a positive lease TTL, ...) with a capacity of at
+  least the sample rules' smallest, so the checks generated after it still
+  fit (a request whose descriptor an override covers is decided by it); a
+  listing's cursor is one the server gave (none: generated ones are not).
 
 A generated request that breaks one of these is dropped, not sent: the
 server's refusal of each is covered by the Rust tests.
@@ -201,8 +207,93 @@ def with_real_zone(limit):
     return {**limit, "timezone": SAMPLE_ZONES[sum(map(ord, zone)) % len(SAMPLE_ZONES)]}
 
 
+ALGORITHMS = {
+    "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log",
+    "sliding_window_counter", "stepped_window", "concurrency",
+}
+BUCKETS = {"token_bucket", "gcra", "leaky_bucket"}
+UNIT_NS = {
+    "second": NS_PER_S,
+    "minute": 60 * NS_PER_S,
+    "hour": 3600 * NS_PER_S,
+    "day": 86400 * NS_PER_S,
+    "week": 7 * 86400 * NS_PER_S,
+    "month": 30 * 86400 * NS_PER_S,
+    "year": 365 * 86400 * NS_PER_S,
+}
+# The override limits kept: at most this many a period, so that every
+# algorithm's state fits (a sliding log keeps one timestamp per request).
+OVERRIDE_MOST = 10_000
+
+
+def is_int(value):
+    """An integer as JSON Schema has it (`20.0` is one; the server reads
+    it as 20)."""
+    if isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def override_limit_fits(limit):
+    """A conservative subset of the limits the rules accept: `unit` (not
+    `window`), a count between the sample's smallest capacity and
+    OVERRIDE_MOST, a known algorithm, `burst` only on a bucket and at least
+    the count, and no `step`, `lease_ttl`, `ban` or `replaces` (the Rust
+    tests cover those); or `unlimited: true` alone."""
+    if not isinstance(limit, dict):
+        return False
+    if limit.get("unlimited") is True:
+        return set(limit) <= {"unlimited", "name"} and isinstance(limit.get("name", ""), str)
+    if set(limit) - {"unit", "requests_per_unit", "algorithm", "burst", "name", "unlimited"}:
+        return False
+    if limit.get("unlimited", False) is not False or limit.get("unit") not in UNIT_NS:
+        return False
+    count = limit.get("requests_per_unit")
+    if not is_int(count) or not SAMPLE_SMALLEST_CAPACITY <= count <= OVERRIDE_MOST:
+        return False
+    algorithm = limit.get("algorithm", "fixed_window")
+    if algorithm not in ALGORITHMS:
+        return False
+    if "burst" in limit:
+        burst = limit["burst"]
+        if algorithm not in BUCKETS or not is_int(burst) or not count <= burst <= OVERRIDE_MOST:
+            return False
+    return isinstance(limit.get("name", ""), str)
+
+
+def override_fits(body):
+    """Whether a PUT body's entries fit the key size and its limit is one
+    override_limit_fits keeps (exactly one of the two forms; names in one
+    list agree, and no limit twice)."""
+    entries = body.get("entries")
+    if isinstance(entries, list):
+        for entry in entries:
+            if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                value = entry.get("value", "")
+                if isinstance(value, str) and not key_fits(entry["key"] + value):
+                    return False
+    for flag in ("shadow_mode", "quota_mode"):
+        if flag in body and not isinstance(body[flag], bool):
+            return False
+    one, several = body.get("rate_limit"), body.get("rate_limits")
+    if (one is None) == (several is None):
+        return False
+    if one is not None:
+        return override_limit_fits(one)
+    if not isinstance(several, list) or not several:
+        return False
+    if not all(override_limit_fits(l) and not l.get("unlimited") for l in several):
+        return False
+    names = {l["name"] for l in several if l.get("name")}
+    limits = [(l["unit"], l["requests_per_unit"], l.get("algorithm", "fixed_window"), l.get("burst"))
+              for l in several]
+    return len(names) <= 1 and len(set(limits)) == len(limits)
+
+
 @schemathesis.hook
 def map_case(context, case):
+    if case.operation.path == "/v1/overrides/{domain}" and isinstance(case.path_parameters, dict):
+        case.path_parameters = {**case.path_parameters, "domain": SAMPLE_DOMAIN}
     body = case.body
     if (
         isinstance(body, dict)
@@ -232,6 +323,16 @@ def filter_case(context, case):
             return False
     if path == "/json" and isinstance(body, dict) and not envoy_hits_fit(body):
         return False
+    if path == "/v1/overrides/{domain}":
+        method = case.method.upper()
+        if method == "PUT" and isinstance(body, dict) and not override_fits(body):
+            return False
+        if method == "DELETE" and isinstance(body, dict) and not override_fits(
+            {**body, "rate_limit": {"unlimited": True}}
+        ):
+            return False
+        if method == "GET" and isinstance(query, dict) and query.get("cursor"):
+            return False
     if path == "/delay" and isinstance(query, dict):
         interval = query.get("interval")
         if isinstance(interval, str) and interval.isdigit():

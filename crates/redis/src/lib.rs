@@ -17,7 +17,9 @@
 //! of Redis failures to [`StoreError`](tollgate_core::StoreError)s.
 //! It does not own the policy applied when Redis is unreachable; the server
 //! does. It is also the async sync mode's transport (`tollgate-sync`'s
-//! `Transport`: the `exchange` module).
+//! `Transport`: the `exchange` module), and it keeps the runtime overrides
+//! of every instance in step (`overrides`: a hash per domain, versions,
+//! pub/sub).
 
 mod batch;
 mod cells;
@@ -26,6 +28,7 @@ mod engine;
 mod exchange;
 mod limits;
 mod over_limit;
+mod overrides;
 mod reply;
 mod script;
 mod store;
@@ -33,5 +36,6 @@ mod tls;
 
 pub use endpoint::{Endpoint, EndpointError};
 pub use engine::{Engine, EngineError, Running};
+pub use overrides::{sync_overrides, OverrideSink};
 pub use store::{OpenError, RedisConfig, RedisStore};
 pub use tls::TlsError;

@@ -122,6 +122,10 @@ pub struct RedisStore {
 
 pub(crate) struct Inner {
     pub(crate) connection: Connection,
+    /// For the overrides' pub/sub connection (the `overrides` module): the
+    /// server, or a cluster's first seed (a cluster publishes to every
+    /// node).
+    pubsub: redis::Client,
     pub(crate) script: redis::Script,
     lean_gcra: redis::Script,
     config: RedisConfig,
@@ -195,14 +199,20 @@ impl RedisStore {
         if endpoint.is_tls() {
             tls::install_crypto_provider();
         }
+        let client_of = |url: &str| match certificates.clone() {
+            Some(certificates) => redis::Client::build_with_tls(url, certificates),
+            None => redis::Client::open(url),
+        };
+        let pubsub = match endpoint {
+            Endpoint::Single(url) => client_of(url)?,
+            Endpoint::Cluster(nodes) => match nodes.first() {
+                Some(node) => client_of(node)?,
+                None => return Err(OpenError::Client("a cluster URL without nodes".into())),
+            },
+        };
         let connection = match endpoint {
             Endpoint::Single(url) => {
-                let client = match certificates {
-                    Some(certificates) => {
-                        redis::Client::build_with_tls(url.as_str(), certificates)?
-                    }
-                    None => redis::Client::open(url.as_str())?,
-                };
+                let client = client_of(url)?;
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.timeout))
                     .set_response_timeout(Some(config.timeout))
@@ -230,6 +240,7 @@ impl RedisStore {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection,
+                pubsub,
                 script: redis::Script::new(SOURCE),
                 lean_gcra: redis::Script::new(LEAN_GCRA),
                 grace_ms: config.ttl_grace.as_millis().to_string(),
@@ -290,6 +301,14 @@ impl RedisStore {
             Ok(())
         })
         .await
+    }
+
+    /// A pub/sub connection for the overrides' changes, bounded by the
+    /// timeout.
+    pub(crate) async fn override_pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
+        let client = self.inner.pubsub.clone();
+        self.bounded(async move { client.get_async_pubsub().await.map_err(unavailable) })
+            .await
     }
 
     /// `future`, failed with [`StoreError::Timeout`] when it takes too long.
@@ -376,7 +395,10 @@ impl RedisStore {
         Ok(running)
     }
 
-    async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+    pub(crate) async fn command<T: redis::FromRedisValue>(
+        &self,
+        cmd: redis::Cmd,
+    ) -> Result<T, StoreError> {
         match &self.inner.connection {
             Connection::Single(manager, _) => cmd
                 .query_async(&mut manager.clone())

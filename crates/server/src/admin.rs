@@ -90,6 +90,7 @@ impl<S: Store> Admin<S> {
             rules: self.rules.load_full(),
             rules_path: self.rules_path.as_deref().map(PathBuf::as_path),
             settings: &self.settings,
+            overrides: None,
         }
     }
 }

@@ -9,9 +9,11 @@ use arc_swap::ArcSwap;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use tollgate_core::Store;
+use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::{RuleSet, RulesError};
 
 use crate::metrics::Metrics;
+use crate::override_store::OverrideBackend;
 use crate::routes;
 use crate::settings::Settings;
 
@@ -34,6 +36,8 @@ struct Shared<S> {
     rules_path: Option<PathBuf>,
     metrics: Metrics,
     settings: Settings,
+    overrides: Arc<OverrideTable>,
+    override_backend: Option<Arc<dyn OverrideBackend>>,
 }
 
 impl<S: Store> App<S> {
@@ -59,6 +63,30 @@ impl<S: Store> App<S> {
         settings: Settings,
         metrics: Metrics,
     ) -> App<S> {
+        App::with_overrides(
+            store,
+            rules,
+            rules_path,
+            settings,
+            metrics,
+            Arc::new(OverrideTable::new()),
+            None,
+        )
+    }
+
+    /// [`App::with_metrics`] with runtime overrides already loaded (from a
+    /// snapshot, or kept in step with a shared store by the caller), and
+    /// the `backend` that shares them, if any: a change is written there
+    /// before it is put in `overrides`.
+    pub fn with_overrides(
+        store: S,
+        rules: RuleSet,
+        rules_path: Option<PathBuf>,
+        settings: Settings,
+        metrics: Metrics,
+        overrides: Arc<OverrideTable>,
+        backend: Option<Arc<dyn OverrideBackend>>,
+    ) -> App<S> {
         App {
             inner: Arc::new(Shared {
                 store,
@@ -66,8 +94,20 @@ impl<S: Store> App<S> {
                 rules_path,
                 metrics,
                 settings,
+                overrides,
+                override_backend: backend,
             }),
         }
+    }
+
+    /// The runtime overrides in force (`/v1/overrides/{domain}`).
+    pub fn overrides(&self) -> &Arc<OverrideTable> {
+        &self.inner.overrides
+    }
+
+    /// Where the overrides are shared, if anywhere.
+    pub fn override_backend(&self) -> Option<&Arc<dyn OverrideBackend>> {
+        self.inner.override_backend.as_ref()
     }
 
     /// The store.
@@ -113,6 +153,12 @@ pub fn router<S: Store>(app: App<S>) -> Router {
         .route("/v1/keys/{key}", delete(routes::admin::reset_key::<S>))
         .route("/v1/rules/reload", post(routes::admin::reload_rules::<S>))
         .route("/v1/top", get(routes::admin::top_refused::<S>))
+        .route(
+            "/v1/overrides/{domain}",
+            get(routes::overrides::list::<S>)
+                .put(routes::overrides::put::<S>)
+                .delete(routes::overrides::remove::<S>),
+        )
         .route("/v1/dashboard", get(routes::dashboard::data::<S>))
         .route("/v1/dashboard/peek", post(routes::dashboard::peek::<S>))
         .route("/dashboard", get(routes::dashboard::page::<S>))
@@ -136,6 +182,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/keys/{key}"),
     ("post", "/v1/rules/reload"),
     ("get", "/v1/top"),
+    ("get", "/v1/overrides/{domain}"),
+    ("put", "/v1/overrides/{domain}"),
+    ("delete", "/v1/overrides/{domain}"),
     ("get", "/v1/dashboard"),
     ("post", "/v1/dashboard/peek"),
     ("get", "/dashboard"),

@@ -23,6 +23,7 @@ use std::time::Duration;
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Store, StoreError};
 use tollgate_rules::check::{denied, Plan};
+use tollgate_rules::overrides::Found;
 use tollgate_rules::{Rule, RuleSet};
 
 use crate::answer::Answer;
@@ -71,7 +72,8 @@ pub async fn reserve<S: Store>(
             descriptors,
         } => {
             let rules = app.rules();
-            let plan = resolve(&rules, domain, descriptors, app.settings())?;
+            let found = app.overrides().find(domain, descriptors);
+            let plan = resolve(&rules, &found, domain, descriptors, app.settings())?;
             let enforced = plan.enforced();
             let limits: Vec<(&Limit, &[u8])> = enforced
                 .iter()
@@ -144,7 +146,8 @@ pub async fn release<S: Store>(
             descriptors,
         } => {
             let rules = app.rules();
-            let plan = resolve(&rules, domain, descriptors, app.settings())?;
+            let found = app.overrides().find(domain, descriptors);
+            let plan = resolve(&rules, &found, domain, descriptors, app.settings())?;
             for p in plan.descriptors().iter().flatten() {
                 for limit in p.rule().limits() {
                     if limit.algorithm == AlgorithmName::Concurrency {
@@ -243,15 +246,16 @@ pub fn inline_name(limit: &Limit) -> String {
     })
 }
 
-/// Resolves `descriptors` against `domain`; an unknown domain is a bad
-/// request here.
+/// Resolves `descriptors` against `domain`, a descriptor with a runtime
+/// override (`found`) taking it; an unknown domain is a bad request here.
 fn resolve<'r>(
     rules: &'r RuleSet,
+    found: &'r Found,
     domain: &str,
     descriptors: &[Vec<(String, String)>],
     settings: &Settings,
 ) -> Result<Plan<'r>, ApiError> {
-    Plan::resolve(rules, domain, descriptors, settings.shadow)
+    Plan::resolve_with(rules, domain, descriptors, found, settings.shadow)
         .map(|plan| plan.with_global_quota(settings.quota_mode))
         .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))
 }
@@ -264,7 +268,8 @@ async fn check_rules<S: Store>(
     cost: u64,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let rules = app.rules();
-    let plan = resolve(&rules, domain, descriptors, app.settings())?;
+    let found = app.overrides().find(domain, descriptors);
+    let plan = resolve(&rules, &found, domain, descriptors, app.settings())?;
     let outcome = store(app, plan.check(app.store(), at, cost).await)?;
 
     let mut statuses = Vec::with_capacity(outcome.descriptors.len());

@@ -181,11 +181,12 @@ pub async fn should_rate_limit<S: Store>(
         app.settings().max_key_bytes,
     )?;
     let rules = app.rules();
+    let found = app.overrides().find(&request.domain, &request.descriptors);
     // An unknown domain matches nothing (envoyproxy/ratelimit answers OK).
     // Only rules and keys are kept: a `Resolved` borrows the request and is
     // not held across the store's `.await`.
     let (known_domain, matched): (bool, Vec<Option<Matched<'_>>>) =
-        match rules.resolve(&request.domain, &request.descriptors) {
+        match rules.resolve_with(&request.domain, &request.descriptors, &found) {
             Ok(resolved) => (
                 true,
                 resolved

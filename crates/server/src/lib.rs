@@ -33,6 +33,8 @@
 //! - `top`: the keys counted most over the last minutes, in constant
 //!   memory (a rule's top offenders).
 //! - `reload`: a rules reload put in force.
+//! - `override_store`: [`override_store::OverrideBackend`], where runtime
+//!   overrides are shared (Redis); the table is `tollgate_rules`'.
 //! - `routes`: one module per group of routes.
 //! - `admin`: [`admin_router`], `/healthz`, `/readyz`, `/metrics`,
 //!   `/v1/top` and the dashboard on a port of their own, for the gateway
@@ -55,6 +57,7 @@ mod latency;
 pub mod metrics;
 mod numbers;
 mod observer;
+pub mod override_store;
 pub mod proto;
 pub mod reload;
 mod routes;

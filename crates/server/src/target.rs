@@ -13,7 +13,7 @@ use tollgate_core::{AlgorithmName, Limit, LimitError, Moment, Rate};
 
 use crate::error::ApiError;
 use crate::settings::Settings;
-use crate::wire::{DecisionRequest, DescriptorSpec, LimitSpec};
+use crate::wire::{DecisionRequest, DescriptorSpec, EntrySpec, LimitSpec};
 
 /// Store keys of inline limits (and Databox ids) start with this byte, rules
 /// counters with [`RULES_KEY_PREFIX`], so a client can never name a rule's
@@ -242,33 +242,42 @@ fn descriptors_of(
     descriptors
         .iter()
         .enumerate()
-        .map(|(i, d)| {
-            if d.entries.is_empty() {
-                return Err(invalid(format!("descriptor {i} has no entries")));
+        .map(|(i, d)| entries_of(i, &d.entries, settings))
+        .collect()
+}
+
+/// Descriptor `i`'s entries, validated: at least one, at most
+/// `max_descriptors`, keys not empty, each key and value together within
+/// `max_key_bytes`.
+pub fn entries_of(
+    i: usize,
+    entries: &[EntrySpec<'_>],
+    settings: &Settings,
+) -> Result<Vec<(String, String)>, ApiError> {
+    if entries.is_empty() {
+        return Err(invalid(format!("descriptor {i} has no entries")));
+    }
+    if entries.len() > settings.max_descriptors {
+        return Err(invalid(format!(
+            "descriptor {i} has {} entries; at most {} are accepted",
+            entries.len(),
+            settings.max_descriptors
+        )));
+    }
+    entries
+        .iter()
+        .map(|e| {
+            nonempty("descriptor entry key", &e.key)?;
+            if e.key.len() + e.value.len() > settings.max_key_bytes {
+                return Err(ApiError::bad_request(
+                    "key_too_long",
+                    format!(
+                        "descriptor {i} entry {:?} is over the {}-byte limit",
+                        e.key, settings.max_key_bytes
+                    ),
+                ));
             }
-            if d.entries.len() > settings.max_descriptors {
-                return Err(invalid(format!(
-                    "descriptor {i} has {} entries; at most {} are accepted",
-                    d.entries.len(),
-                    settings.max_descriptors
-                )));
-            }
-            d.entries
-                .iter()
-                .map(|e| {
-                    nonempty("descriptor entry key", &e.key)?;
-                    if e.key.len() + e.value.len() > settings.max_key_bytes {
-                        return Err(ApiError::bad_request(
-                            "key_too_long",
-                            format!(
-                                "descriptor {i} entry {:?} is over the {}-byte limit",
-                                e.key, settings.max_key_bytes
-                            ),
-                        ));
-                    }
-                    Ok((e.key.clone().into_owned(), e.value.clone().into_owned()))
-                })
-                .collect()
+            Ok((e.key.clone().into_owned(), e.value.clone().into_owned()))
         })
         .collect()
 }

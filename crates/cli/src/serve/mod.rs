@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
 use tollgate_core::Store;
 use tollgate_memory::{LocalStore, MemoryStore};
+use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::watch::{RulesWatcher, WatchOptions};
 use tollgate_rules::{LoadOptions, RuleSet};
 use tollgate_server::metrics::Metrics;
@@ -74,12 +75,30 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
     };
     let store = LocalStore::new(memory, Arc::clone(&clock));
     let metrics = Metrics::new().with_values_per_rule(config.metric_values_per_rule);
-    let app = App::with_metrics(
+    let overrides_file = config.snapshot.as_deref().map(snapshot::overrides_path);
+    let overrides = match &overrides_file {
+        Some(path) => {
+            let (table, loaded) = snapshot::load_overrides(path);
+            match loaded {
+                snapshot::Loaded::Failed(reason) => {
+                    tracing::warn!(%reason, "overrides not loaded; starting without")
+                }
+                _ => {
+                    tracing::info!(path = %path.display(), overrides = table.len(), "overrides loaded")
+                }
+            }
+            table
+        }
+        None => OverrideTable::new(),
+    };
+    let app = App::with_overrides(
         store,
         rules,
         config.rules.clone(),
         config.settings.clone(),
         metrics,
+        Arc::new(overrides),
+        None,
     );
     if let Some(path) = &config.snapshot {
         app.metrics().snapshot_loaded(loaded.label());
@@ -104,13 +123,26 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
         ))),
         _ => None,
     };
+    let overrides_saver = overrides_file.clone().map(|path| {
+        tokio::spawn(save_overrides_on_change(
+            Arc::clone(app.overrides()),
+            path,
+            OVERRIDES_SAVE_EVERY,
+        ))
+    });
     let served = run_servers(app.clone(), &config).await;
     housekeeping.abort();
     if let Some(task) = snapshots {
         task.abort();
     }
+    if let Some(task) = overrides_saver {
+        task.abort();
+    }
     if let Some(path) = &config.snapshot {
         save_snapshot(&app, path).await;
+    }
+    if let Some(path) = &overrides_file {
+        save_overrides(Arc::clone(app.overrides()), path.clone()).await;
     }
     tracing::info!("stopped");
     served
@@ -127,27 +159,39 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
         metrics = metrics.with_sync();
     }
     let (store, fallback) = store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
+    // Overrides live in Redis: every instance's table follows it.
+    let redis = store.primary().clone();
+    let overrides = Arc::new(OverrideTable::new());
+    let overrides_sync = store::overrides::sync(redis.clone(), Arc::clone(&overrides));
+    let backend = || -> Option<Arc<dyn tollgate_server::override_store::OverrideBackend>> {
+        Some(Arc::new(store::overrides::RedisBackend(redis.clone())))
+    };
     let Some(interval) = shared.sync else {
-        let app = App::with_metrics(
+        let app = App::with_overrides(
             store,
             rules,
             config.rules.clone(),
             config.settings.clone(),
             metrics,
+            overrides,
+            backend(),
         );
         let housekeeping = store::housekeeping(fallback, gauge(&app));
         let served = run_servers(app, &config).await;
         housekeeping.abort();
+        overrides_sync.abort();
         tracing::info!("stopped");
         return served;
     };
     let sync = store::synced(store, interval);
-    let app = App::with_metrics(
+    let app = App::with_overrides(
         sync.clone(),
         rules,
         config.rules.clone(),
         config.settings.clone(),
         metrics,
+        overrides,
+        backend(),
     );
     tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
     let housekeeping = store::housekeeping(fallback, gauge(&app));
@@ -159,6 +203,7 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
     housekeeping.abort();
     syncing.abort();
     store::last_sync(&sync, app.metrics()).await;
+    overrides_sync.abort();
     tracing::info!("stopped");
     served
 }
@@ -258,6 +303,45 @@ async fn save_snapshot(app: &App<LocalStore>, path: &std::path::Path) {
         Err(e) => {
             app.metrics().snapshot_saved(false);
             tracing::error!(path = %path.display(), error = %e, "snapshot task failed");
+        }
+    }
+}
+
+/// How often the overrides file is brought up to date after a change.
+const OVERRIDES_SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Saves the overrides to `path` at most every `every`, when they changed.
+async fn save_overrides_on_change(table: Arc<OverrideTable>, path: PathBuf, every: Duration) {
+    let mut saved = table.version();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let version = table.version();
+        if version != saved && save_overrides(Arc::clone(&table), path.clone()).await {
+            saved = version;
+        }
+    }
+}
+
+/// Saves the overrides off the async threads, logging the result; whether
+/// they were saved.
+async fn save_overrides(table: Arc<OverrideTable>, path: PathBuf) -> bool {
+    let target = path.clone();
+    let saved =
+        tokio::task::spawn_blocking(move || snapshot::save_overrides(&table, &target)).await;
+    match saved {
+        Ok(Ok(bytes)) => {
+            tracing::info!(path = %path.display(), bytes, "overrides saved");
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::error!(path = %path.display(), error = %e, "overrides not saved");
+            false
+        }
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "overrides save task failed");
+            false
         }
     }
 }

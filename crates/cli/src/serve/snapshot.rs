@@ -1,11 +1,14 @@
 //! The memory store's snapshot file: loaded at start (never fatal), saved
-//! atomically on shutdown and periodically.
+//! atomically on shutdown and periodically; and beside it, `PATH.overrides`,
+//! the runtime overrides (`/v1/overrides/{domain}`), saved the same way
+//! within a second of a change and on shutdown.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use tollgate_memory::{MemoryConfig, MemoryStore};
+use tollgate_rules::overrides::OverrideTable;
 
 /// How loading went, for the log and the `snapshot_loads` metric.
 #[derive(Debug)]
@@ -58,10 +61,46 @@ pub fn load(path: &Path, config: MemoryConfig, now: u64) -> (MemoryStore, Loaded
 /// renamed over `path`, and the directory flushed, so a crash at any point
 /// leaves either the old snapshot or the new one.
 pub fn save(store: &MemoryStore, path: &Path, now: u64) -> io::Result<usize> {
-    let bytes = store.snapshot(now);
+    write_atomically(path, &store.snapshot(now))
+}
+
+/// Where the runtime overrides are kept beside the snapshot at `snapshot`:
+/// `SNAPSHOT.overrides`.
+pub fn overrides_path(snapshot: &Path) -> PathBuf {
+    let mut name = snapshot.file_name().unwrap_or_default().to_os_string();
+    name.push(".overrides");
+    snapshot.with_file_name(name)
+}
+
+/// The overrides saved at `path`, or none (with the reason) when there are
+/// none or they cannot be used. Every limit is validated again.
+pub fn load_overrides(path: &Path) -> (OverrideTable, Loaded) {
+    match fs::read(path) {
+        Ok(bytes) => match OverrideTable::from_bytes(&bytes) {
+            Ok(table) => (table, Loaded::Ok),
+            Err(e) => (
+                OverrideTable::new(),
+                Loaded::Failed(format!("{}: {e}", path.display())),
+            ),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (OverrideTable::new(), Loaded::Missing),
+        Err(e) => (
+            OverrideTable::new(),
+            Loaded::Failed(format!("{}: {e}", path.display())),
+        ),
+    }
+}
+
+/// Writes `table` to `path` atomically, as [`save`] does a snapshot.
+pub fn save_overrides(table: &OverrideTable, path: &Path) -> io::Result<usize> {
+    write_atomically(path, &table.to_bytes())
+}
+
+/// Writes `bytes` to `path` atomically (see [`save`]).
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<usize> {
     let tmp = temporary(path);
     let mut file = create_private(&tmp)?;
-    file.write_all(&bytes)?;
+    file.write_all(bytes)?;
     file.sync_all()?;
     drop(file);
     fs::rename(&tmp, path)?;
@@ -123,6 +162,24 @@ mod tests {
                 0o600
             );
         }
+    }
+
+    #[test]
+    fn overrides_save_beside_the_snapshot_and_load_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = overrides_path(&dir.path().join("state.snap"));
+        assert!(path.ends_with("state.snap.overrides"));
+        assert!(matches!(load_overrides(&path).1, Loaded::Missing));
+        let table = OverrideTable::new();
+        let limit = r#"{"rate_limit":{"requests_per_unit":5,"unit":"second"}}"#;
+        table.put("api", &[("user", "7")], limit).unwrap();
+        save_overrides(&table, &path).unwrap();
+        let (back, loaded) = load_overrides(&path);
+        assert!(matches!(loaded, Loaded::Ok));
+        assert_eq!(back.get("api", &[("user", "7")]).unwrap().text(), limit);
+        fs::write(&path, b"damaged").unwrap();
+        let (empty, loaded) = load_overrides(&path);
+        assert!(empty.is_empty() && matches!(loaded, Loaded::Failed(_)));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! about the store is built here, once, for both subcommands.
 
 pub mod config;
+pub mod overrides;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use tollgate_core::calendar::CalendarUnit;
 use tollgate_core::{AlgorithmName, Limit, Rate, Store, StoreStatus};
-use tollgate_rules::{Rule, RuleSet};
+use tollgate_rules::overrides::OverrideTable;
+use tollgate_rules::{Rule, RuleSet, OVERRIDE_LABEL};
 
 use crate::history::{Counts, Rates, SAMPLE_MS};
 use crate::latency::Percentiles;
@@ -36,6 +37,8 @@ pub(crate) struct Source<'a, S> {
     pub(crate) rules: Arc<RuleSet>,
     pub(crate) rules_path: Option<&'a Path>,
     pub(crate) settings: &'a Settings,
+    /// The runtime overrides, where the server takes them.
+    pub(crate) overrides: Option<&'a OverrideTable>,
 }
 
 /// The answer of `GET /v1/dashboard`.
@@ -52,7 +55,34 @@ pub(crate) struct DashboardBody {
     rules: Vec<RuleView>,
     /// Per decision route that decided anything.
     latency: Vec<LatencyView>,
+    /// The runtime overrides (`/v1/overrides/{domain}`); null where the
+    /// server takes none (the gateway).
+    overrides: Option<OverridesView>,
 }
+
+/// How many runtime overrides there are, and the first few of each
+/// domain.
+#[derive(Debug, Serialize)]
+struct OverridesView {
+    /// Every domain's together.
+    count: usize,
+    /// Each domain that has overrides, sorted by name.
+    domains: Vec<DomainOverridesView>,
+}
+
+#[derive(Debug, Serialize)]
+struct DomainOverridesView {
+    domain: String,
+    count: usize,
+    /// The first [`OVERRIDES_SHOWN`] in key order, as
+    /// `GET /v1/overrides/{domain}` lists them.
+    first: Vec<serde_json::Value>,
+}
+
+/// Overrides shown per domain.
+const OVERRIDES_SHOWN: usize = 10;
+/// Domains whose overrides are shown.
+const OVERRIDE_DOMAINS_SHOWN: usize = 20;
 
 #[derive(Debug, Serialize)]
 struct StoreView {
@@ -146,6 +176,27 @@ pub(crate) async fn data<S: Store>(source: &Source<'_, S>) -> DashboardBody {
             .into_iter()
             .map(|(route, percentiles)| LatencyView { route, percentiles })
             .collect(),
+        overrides: source.overrides.map(overrides_view),
+    }
+}
+
+fn overrides_view(table: &OverrideTable) -> OverridesView {
+    let domains = table
+        .domains()
+        .into_iter()
+        .take(OVERRIDE_DOMAINS_SHOWN)
+        .map(|(domain, count)| {
+            let page = crate::routes::overrides::page_of(table, &domain, None, OVERRIDES_SHOWN);
+            DomainOverridesView {
+                domain,
+                count,
+                first: page.overrides,
+            }
+        })
+        .collect();
+    OverridesView {
+        count: table.len(),
+        domains,
     }
 }
 
@@ -163,6 +214,18 @@ fn rule_views(rules: &RuleSet, mut trends: Vec<RuleTrend>) -> Vec<RuleView> {
         }
     }
     trends.sort_by(|a, b| (&a.domain, &a.rule).cmp(&(&b.domain, &b.rule)));
+    let override_label = format!(".{OVERRIDE_LABEL}");
+    let (overrides, trends): (Vec<_>, Vec<_>) = trends
+        .into_iter()
+        .partition(|t| t.rule.ends_with(&override_label));
+    // Every override of a domain counts under one label.
+    for t in overrides {
+        views.push(RuleView {
+            limits: vec!["runtime overrides, each its own limit".to_owned()],
+            per_value: true,
+            ..counted(t)
+        });
+    }
     for t in trends.into_iter().filter(|t| t.rule == "inline") {
         views.push(RuleView {
             domain: t.domain.clone(),

@@ -100,7 +100,11 @@ pub(crate) async fn peek<S: Store>(
             descriptors,
         } => {
             let rules = &source.rules;
-            let plan = Plan::resolve(rules, domain, descriptors, settings.shadow)
+            let found = source
+                .overrides
+                .map(|table| table.find(domain, descriptors))
+                .unwrap_or_default();
+            let plan = Plan::resolve_with(rules, domain, descriptors, &found, settings.shadow)
                 .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))?
                 .with_global_quota(settings.quota_mode);
             for (d, planned) in plan.descriptors().iter().enumerate() {

@@ -23,6 +23,7 @@ fn source<S: Store>(app: &App<S>) -> Source<'_, S> {
         rules: app.rules(),
         rules_path: app.rules_path(),
         settings: app.settings(),
+        overrides: Some(app.overrides()),
     }
 }
 

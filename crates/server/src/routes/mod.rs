@@ -8,3 +8,4 @@ pub(crate) mod databox;
 pub(crate) mod decision;
 pub(crate) mod envoy_json;
 pub(crate) mod health;
+pub(crate) mod overrides;

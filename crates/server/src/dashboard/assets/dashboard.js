@@ -155,6 +155,7 @@ function renderPanels(data) {
     ["Path", f.path ? "<code>" + esc(f.path) + "</code>" : '<span class="muted">no rules file</span>'],
     ["Last reload", reloaded],
   ]);
+  renderOverrides(data.overrides);
   const routes = data.latency;
   document.getElementById("latency").innerHTML = routes.length === 0
     ? '<p class="muted">No decisions yet.</p>'
@@ -163,6 +164,21 @@ function renderPanels(data) {
       + routes.map((r) => "<tr><td>" + esc(r.route) + '</td><td class="num">' + count(r.count)
         + '</td><td class="num">' + micro(r.p50_ms) + '</td><td class="num">' + micro(r.p90_ms)
         + '</td><td class="num">' + micro(r.p99_ms) + "</td></tr>").join("") + "</tbody></table>";
+}
+
+// Runtime overrides: how many, and the first few of each domain.
+function renderOverrides(o) {
+  const box = document.getElementById("overrides");
+  if (!o || o.count === 0) {
+    box.innerHTML = '<p class="muted">None. Set one with <code>PUT /v1/overrides/{domain}</code>.</p>';
+    return;
+  }
+  const limitOf = (item) => JSON.stringify(item.rate_limit || item.rate_limits || item.text || "");
+  box.innerHTML = "<p>" + count(o.count) + " in all</p>" + o.domains.map((d) =>
+    "<h3>" + esc(d.domain) + " · " + count(d.count) + "</h3><ul class=\"overrides\">"
+      + d.first.map((item) => "<li><code>" + esc(item.entries.map((e) => e.key + "=" + e.value).join(", "))
+        + "</code> " + esc(limitOf(item)) + "</li>").join("")
+      + (d.count > d.first.length ? '<li class="muted">…</li>' : "") + "</ul>").join("");
 }
 
 // A latency bound in milliseconds, shown in µs below a millisecond.
