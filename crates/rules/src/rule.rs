@@ -520,6 +520,9 @@ pub struct CounterKeyParts {
 /// assert_eq!(parts.domain, "api");
 /// assert_eq!(parts.entries, [("user".to_owned(), "mallory".to_owned())]);
 /// assert!(parse_counter_key(b"my-inline-key").is_none());
+/// // A runtime override's key names its exact descriptor.
+/// let parts = parse_counter_key(b"tg1|3:api!4:user3:vip").unwrap();
+/// assert_eq!(parts.entries, [("user".to_owned(), "vip".to_owned())]);
 /// ```
 pub fn parse_counter_key(key: &[u8]) -> Option<CounterKeyParts> {
     /// One `len:bytes` part at the start of `rest`, and what follows it.
@@ -536,6 +539,13 @@ pub fn parse_counter_key(key: &[u8]) -> Option<CounterKeyParts> {
     }
     let rest = key.strip_prefix(b"tg1|")?;
     let (domain, mut rest) = part(rest)?;
+    // A runtime override's key: `!` then the exact descriptor.
+    if let Some(entries) = rest.strip_prefix(b"!") {
+        return Some(CounterKeyParts {
+            domain: domain.to_owned(),
+            entries: crate::overrides::parse_entries(entries)?,
+        });
+    }
     let mut keys = Vec::new();
     loop {
         match rest.split_first()? {
