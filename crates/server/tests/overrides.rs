@@ -199,6 +199,7 @@ async fn every_algorithm_and_field_of_the_rules_is_accepted() {
     assert_eq!(answer["override"]["rate_limits"], body["rate_limits"]);
     assert_eq!(admitted(&app, &[("user", "gold")]).await, 3);
     for limit in [
+        json!({"unit": "minute", "requests_per_unit": 5, "name": "ü\u{feff}\u{2028}😀\"'\\"}),
         json!({"unlimited": true}),
         json!({"unit": "hour", "requests_per_unit": 0}),
         json!({"unit": "minute", "requests_per_unit": 4, "algorithm": "token_bucket", "burst": 6}),
@@ -272,6 +273,22 @@ async fn bad_input_is_a_clear_400_and_changes_nothing() {
         (
             "/v1/overrides/api",
             good("rate_limit", json!("10/s")),
+            "invalid_override",
+        ),
+        (
+            "/v1/overrides/api",
+            good(
+                "rate_limit",
+                json!({"unit": "minute", "requests_per_unit": 5, "name": "a\u{85}b"}),
+            ),
+            "invalid_override",
+        ),
+        (
+            "/v1/overrides/api",
+            good(
+                "rate_limit",
+                json!({"unit": "minute", "requests_per_unit": 5, "name": "a\tb"}),
+            ),
             "invalid_override",
         ),
         (

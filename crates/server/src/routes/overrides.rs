@@ -128,6 +128,7 @@ pub(crate) async fn put<S: Store>(
         ("quota_mode", body.quota_mode),
     ] {
         if let Some(mut value) = value.filter(|v| !v.is_null()) {
+            printable(field, &value)?;
             whole_numbers(&mut value);
             spec.insert(field.to_string(), value);
         }
@@ -233,6 +234,33 @@ pub(crate) fn page_of(
         count: table.count(domain),
         overrides: page.iter().map(listed).collect(),
         next_cursor,
+    }
+}
+
+/// Refuses control characters (and the non-characters U+FFFE, U+FFFF)
+/// anywhere in a limit's text: no field of a limit means anything with
+/// them, and the limit is read back as YAML, which does not allow them.
+fn printable(field: &str, value: &Value) -> Result<(), ApiError> {
+    let bad = |c: char| c.is_control() || c == '\u{fffe}' || c == '\u{ffff}';
+    let ok = match value {
+        Value::String(text) => !text.contains(bad),
+        Value::Array(items) => return items.iter().try_for_each(|v| printable(field, v)),
+        Value::Object(fields) => {
+            if fields.keys().any(|k| k.contains(bad)) {
+                false
+            } else {
+                return fields.values().try_for_each(|v| printable(field, v));
+            }
+        }
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_override",
+            format!("{field}: a text holds a control character"),
+        ))
     }
 }
 
