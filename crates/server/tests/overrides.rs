@@ -362,6 +362,7 @@ async fn bad_input_is_a_clear_400_and_changes_nothing() {
         "?limit=x",
         "?cursor=zz",
         "?cursor=3a3a",
+        "?colour=red",
     ] {
         let (status, answer) = list(&app, query).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {answer}");

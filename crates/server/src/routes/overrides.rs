@@ -66,8 +66,10 @@ pub(crate) struct DeleteBody<'a> {
     entries: Vec<EntrySpec<'a>>,
 }
 
-/// The query of `GET /v1/overrides/{domain}`.
+/// The query of `GET /v1/overrides/{domain}`; any other parameter is
+/// refused.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     /// How many overrides to list (default [`PAGE_DEFAULT`], at most
     /// [`PAGE_MAX`]).
