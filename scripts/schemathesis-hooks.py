@@ -29,6 +29,10 @@ see. These hooks teach the generator those rules, and nothing else:
   fit (a request whose descriptor an override covers is decided by it); a
   listing's cursor is one the server gave (none: generated ones are not).
 
+- a check with `"settle": true` has an estimated `cost` of at least 1
+  and no inline `concurrency` limit (a lease is released, not settled):
+  either is `400 invalid_request`, as documented;
+
 - a JSON body is at most the server's body cap (64 KiB, `--max-body-bytes`'s
   default): a larger one is answered `413 body_too_large` before it is read
   as JSON, which is SPEC §5's answer but not one schemathesis expects for a
@@ -151,6 +155,19 @@ def cost_fits(body):
     limit = body.get("limit")
     most = capacity(limit) if isinstance(limit, dict) else SAMPLE_SMALLEST_CAPACITY
     return most is None or cost <= most
+
+
+def settle_fits(body):
+    if body.get("settle") is not True:
+        return True
+    cost = body.get("cost", 1)
+    if cost is None:
+        cost = 1
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost < 1:
+        return False
+    limit = body.get("limit")
+    algorithm = limit.get("algorithm") if isinstance(limit, dict) else None
+    return algorithm != "concurrency"
 
 
 def interval_ns(interval):
@@ -341,6 +358,8 @@ def filter_case(context, case):
         if not key_fits(body.get("key")) or not limit_fits(body.get("limit")):
             return False
         if path in ("/v1/check", "/v1/reserve", "/v1/dashboard/peek") and not cost_fits(body):
+            return False
+        if path == "/v1/check" and not settle_fits(body):
             return False
         if path == "/increment" and not (
             key_fits(body.get("id"))

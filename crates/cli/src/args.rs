@@ -152,6 +152,17 @@ pub struct ServeArgs {
     /// Leave out the rate-limit headers.
     #[arg(long, env = "TOLLGATE_NO_HEADERS")]
     pub no_headers: bool,
+    /// The most settle tickets held at once (checks with `"settle": true`
+    /// waiting for `/v1/settle`, and settled ones until they expire);
+    /// while the table is full such checks answer 503 `tickets_full` and
+    /// count nothing [default: 100000].
+    #[arg(long, env = "TOLLGATE_TICKET_CAPACITY")]
+    pub ticket_capacity: Option<usize>,
+    /// How long a settle ticket lives after its check, e.g. `5m`; an
+    /// expired ticket is never settled and its estimate stands
+    /// [default: 5m].
+    #[arg(long, env = "TOLLGATE_TICKET_TTL")]
+    pub ticket_ttl: Option<String>,
     /// Log format: `text` or `json` [default: text]. The level comes from
     /// `RUST_LOG` (default `info`).
     #[arg(long, env = "TOLLGATE_LOG_FORMAT")]

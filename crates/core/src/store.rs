@@ -175,6 +175,15 @@ pub trait Store: Send + Sync + 'static {
         async { Err(StoreError::Unsupported("settle")) }
     }
 
+    /// Whether this store implements [`settle`](Store::settle): `false`
+    /// by default, as the default `settle` answers
+    /// [`StoreError::Unsupported`]. A server asks before it counts a
+    /// request that is to be settled, so that nothing is counted that
+    /// could never be settled.
+    fn settles(&self) -> bool {
+        false
+    }
+
     /// Ends a `concurrency` lease; `true` when the key held it.
     fn release(
         &self,
@@ -266,6 +275,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
         actual: u64,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         (**self).settle(request, admitted_at, at, estimate, actual)
+    }
+
+    fn settles(&self) -> bool {
+        (**self).settles()
     }
 
     fn release(

@@ -205,6 +205,10 @@ impl Store for LocalStore {
         Ok(limiter.settle(request.key, admitted_at, now, estimate, actual)?)
     }
 
+    fn settles(&self) -> bool {
+        true
+    }
+
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
         Ok(self
             .store

@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::override_store::OverrideBackend;
 use crate::routes;
 use crate::settings::Settings;
+use crate::tickets::Tickets;
 
 /// The decision service's shared state. Cheap to clone.
 pub struct App<S> {
@@ -38,6 +39,7 @@ struct Shared<S> {
     settings: Settings,
     overrides: Arc<OverrideTable>,
     override_backend: Option<Arc<dyn OverrideBackend>>,
+    tickets: Tickets,
 }
 
 impl<S: Store> App<S> {
@@ -87,8 +89,10 @@ impl<S: Store> App<S> {
         overrides: Arc<OverrideTable>,
         backend: Option<Arc<dyn OverrideBackend>>,
     ) -> App<S> {
+        let tickets = Tickets::new(settings.ticket_capacity, settings.ticket_ttl);
         App {
             inner: Arc::new(Shared {
+                tickets,
                 store,
                 rules: ArcSwap::from_pointee(rules),
                 rules_path,
@@ -108,6 +112,11 @@ impl<S: Store> App<S> {
     /// Where the overrides are shared, if anywhere.
     pub fn override_backend(&self) -> Option<&Arc<dyn OverrideBackend>> {
         self.inner.override_backend.as_ref()
+    }
+
+    /// The settle tickets handed out and not yet expired.
+    pub fn tickets(&self) -> &Tickets {
+        &self.inner.tickets
     }
 
     /// The store.
@@ -150,6 +159,7 @@ pub fn router<S: Store>(app: App<S>) -> Router {
         .route("/v1/check", post(routes::decision::check::<S>))
         .route("/v1/reserve", post(routes::decision::reserve::<S>))
         .route("/v1/release", post(routes::decision::release::<S>))
+        .route("/v1/settle", post(routes::decision::settle::<S>))
         .route("/v1/keys/{key}", delete(routes::admin::reset_key::<S>))
         .route("/v1/rules/reload", post(routes::admin::reload_rules::<S>))
         .route("/v1/top", get(routes::admin::top_refused::<S>))
@@ -179,6 +189,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/check"),
     ("post", "/v1/reserve"),
     ("post", "/v1/release"),
+    ("post", "/v1/settle"),
     ("delete", "/v1/keys/{key}"),
     ("post", "/v1/rules/reload"),
     ("get", "/v1/top"),

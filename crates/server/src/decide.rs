@@ -20,9 +20,10 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use tollgate_core::algorithm::Settled;
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Store, StoreError};
-use tollgate_rules::check::{denied, Plan};
+use tollgate_rules::check::{denied, limit_name, DescriptorOutcome, Outcome, Plan};
 use tollgate_rules::overrides::Found;
 use tollgate_rules::{Rule, RuleSet};
 
@@ -33,7 +34,10 @@ use crate::headers::AppliedLimit;
 use crate::metrics::Verdict;
 use crate::settings::Settings;
 use crate::target::Target;
-use crate::wire::{DecisionBody, DecisionFields, ReleasedBody, StatusBody};
+use crate::tickets::{Charged, Ticket, TicketId};
+use crate::wire::{
+    DecisionBody, DecisionFields, ReleasedBody, SettleBody, SettledLimit, StatusBody,
+};
 
 /// Checks `target` at `at` for `cost`, counting it when admitted.
 pub async fn check<S: Store>(
@@ -43,11 +47,139 @@ pub async fn check<S: Store>(
     cost: u64,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     match target {
-        Target::Inline { key, limit } => check_inline(app, key, limit, at, cost).await,
+        Target::Inline { key, limit } => check_inline(app, key, limit, at, cost, None).await,
         Target::Rules {
             domain,
             descriptors,
-        } => check_rules(app, domain, descriptors, at, cost).await,
+        } => check_rules(app, domain, descriptors, at, cost, None).await,
+    }
+}
+
+/// Checks `target` at `at` for an estimated `cost` to be settled later:
+/// when admitted, the answer carries a ticket naming every limit that
+/// counted the estimate (none when no limit counted it, or when the
+/// failure policy decided: the shared store then never counted it).
+///
+/// Refused before anything is counted: a cost of 0 (a peek counts
+/// nothing to settle), an inline `concurrency` limit (a lease is
+/// released, not settled), a store that cannot settle, and a full ticket
+/// table. The check is decided at an explicit instant (the store's time
+/// when `at` is now), the ticket's admission instant.
+pub async fn check_to_settle<S: Store>(
+    app: &App<S>,
+    target: &Target,
+    at: Moment,
+    cost: u64,
+) -> Result<Answer<DecisionBody>, ApiError> {
+    if cost == 0 {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "\"settle\" needs an estimated cost of at least 1: a cost of 0 counts nothing",
+        ));
+    }
+    if let Target::Inline { limit, .. } = target {
+        if limit.algorithm == AlgorithmName::Concurrency {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("limit {limit} is a concurrency limit: a lease is released, not settled"),
+            ));
+        }
+    }
+    if !app.store().settles() {
+        return Err(ApiError::from(StoreError::Unsupported("settle")));
+    }
+    let now = match at {
+        Moment::At(now) => now,
+        Moment::Now => store(app, app.store().now().await)?,
+    };
+    let place = app
+        .tickets()
+        .reserve(now)
+        .map_err(|full| ApiError::tickets_full(full, app.tickets().ttl()))?;
+    let mut charged = Vec::new();
+    let at = Moment::At(now);
+    let mut answer = match target {
+        Target::Inline { key, limit } => {
+            check_inline(app, key, limit, at, cost, Some(&mut charged)).await?
+        }
+        Target::Rules {
+            domain,
+            descriptors,
+        } => check_rules(app, domain, descriptors, at, cost, Some(&mut charged)).await?,
+    };
+    if !answer.rejected && !charged.is_empty() {
+        let id = place.issue(Ticket {
+            admitted_at: now,
+            estimate: cost,
+            limits: charged,
+        });
+        answer.body.ticket = Some(id.to_string());
+    }
+    Ok(answer)
+}
+
+/// Settles the ticket `id` with the `actual` cost at `at`: the difference
+/// charged or refunded in every limit its check counted, each in one
+/// atomic step of the store. A ticket is settled once; when the store
+/// fails part way, what is left stays open to be retried.
+pub async fn settle<S: Store>(
+    app: &App<S>,
+    id: TicketId,
+    at: Moment,
+    actual: u64,
+) -> Result<SettleBody, ApiError> {
+    let now = match at {
+        Moment::At(now) => now,
+        Moment::Now => store(app, app.store().now().await)?,
+    };
+    let ticket = app
+        .tickets()
+        .take(id, now)
+        .map_err(|refusal| ApiError::ticket_refused(refusal, id, app.tickets().ttl()))?;
+    let mut settled = Vec::with_capacity(ticket.limits.len());
+    for (i, charged) in ticket.limits.iter().enumerate() {
+        let request = LimitKey {
+            limit: &charged.limit,
+            key: &charged.key,
+        };
+        let done = app
+            .store()
+            .settle(
+                request,
+                ticket.admitted_at,
+                Moment::At(now),
+                ticket.estimate,
+                actual,
+            )
+            .await;
+        match done {
+            Ok(outcome) => settled.push(SettledLimit {
+                name: charged.name.clone(),
+                outcome: settle_outcome(outcome),
+            }),
+            Err(e) => {
+                let left = Ticket {
+                    limits: ticket.limits[i..].to_vec(),
+                    ..ticket.clone()
+                };
+                app.tickets().reopen(id, left);
+                return Err(store_error(app, e));
+            }
+        }
+    }
+    Ok(SettleBody {
+        estimate: ticket.estimate,
+        cost: actual,
+        settled,
+    })
+}
+
+fn settle_outcome(settled: Settled) -> &'static str {
+    match settled {
+        Settled::Exact => "exact",
+        Settled::Charged => "charged",
+        Settled::Refunded { dropped: false } => "refunded",
+        Settled::Refunded { dropped: true } => "refund_dropped",
     }
 }
 
@@ -172,21 +304,27 @@ pub async fn release<S: Store>(
 
 /// Passes a store result on, counting an outage.
 pub fn store<S: Store, T>(app: &App<S>, result: Result<T, StoreError>) -> Result<T, ApiError> {
-    result.map_err(|e| {
-        if e.is_outage() {
-            app.metrics().store_error();
-            tracing::warn!(error = %e, "store operation failed");
-        }
-        ApiError::from(e)
-    })
+    result.map_err(|e| store_error(app, e))
 }
 
+/// A store error as answered, an outage counted.
+fn store_error<S: Store>(app: &App<S>, e: StoreError) -> ApiError {
+    if e.is_outage() {
+        app.metrics().store_error();
+        tracing::warn!(error = %e, "store operation failed");
+    }
+    ApiError::from(e)
+}
+
+/// One inline limit's check; with `charged`, the limit goes there when
+/// the check counted `cost` in it (for a settle ticket).
 async fn check_inline<S: Store>(
     app: &App<S>,
     key: &[u8],
     limit: &Limit,
     at: Moment,
     cost: u64,
+    charged: Option<&mut Vec<Charged>>,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let decision = store(
         app,
@@ -194,6 +332,15 @@ async fn check_inline<S: Store>(
             .check_one(LimitKey { limit, key }, at, cost)
             .await,
     )?;
+    if let Some(charged) = charged {
+        if decision.allowed && !decision.degraded {
+            charged.push(Charged {
+                name: inline_name(limit),
+                limit: *limit,
+                key: key.to_vec(),
+            });
+        }
+    }
     let shadow = app.settings().shadow;
     let verdict = Verdict::of(&decision, shadow);
     app.metrics().count_inline(&decision, verdict);
@@ -208,6 +355,7 @@ async fn check_inline<S: Store>(
             wait_ms: None,
             statuses: None,
             shadow_rejected: verdict == Verdict::ShadowRejected,
+            ticket: None,
         },
         applied: vec![AppliedLimit::of(inline_name(limit), limit, decision)],
         top: Some(decision),
@@ -260,17 +408,23 @@ fn resolve<'r>(
         .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))
 }
 
+/// A rules-based check; with `charged`, every limit the check counted
+/// `cost` in goes there (for a settle ticket).
 async fn check_rules<S: Store>(
     app: &App<S>,
     domain: &str,
     descriptors: &[Vec<(String, String)>],
     at: Moment,
     cost: u64,
+    charged: Option<&mut Vec<Charged>>,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let rules = app.rules();
     let found = app.overrides().find(domain, descriptors);
     let plan = resolve(&rules, &found, domain, descriptors, app.settings())?;
     let outcome = store(app, plan.check(app.store(), at, cost).await)?;
+    if let Some(charged) = charged {
+        charged_limits(&outcome, charged);
+    }
 
     let mut statuses = Vec::with_capacity(outcome.descriptors.len());
     for d in &outcome.descriptors {
@@ -334,12 +488,57 @@ async fn check_rules<S: Store>(
             wait_ms: None,
             statuses: Some(statuses),
             shadow_rejected: outcome.shadow_rejected,
+            ticket: None,
         },
         applied,
         top,
         rejected: !outcome.allowed,
         headers: app.settings().headers,
     })
+}
+
+/// The limits a rules check counted its cost in (`Plan::check`'s
+/// grouping): the ordinary enforced rules' limits when the group admitted
+/// the request and no deny-all rule stopped it, and each shadow or quota
+/// rule's limits when that rule admitted it. `concurrency` limits are left
+/// out (their lease is released, not settled), and so is everything when
+/// the failure policy decided any of it.
+fn charged_limits(outcome: &Outcome<'_>, out: &mut Vec<Charged>) {
+    let decided: Vec<&DescriptorOutcome<'_>> = outcome.descriptors.iter().flatten().collect();
+    if decided
+        .iter()
+        .any(|d| d.decisions.iter().any(|x| x.degraded))
+    {
+        return;
+    }
+    let grouped = |d: &DescriptorOutcome<'_>| !d.rule.shadow_mode() && !d.quota;
+    let counts = |d: &DescriptorOutcome<'_>| !d.rule.unlimited() && !d.rule.denies_all();
+    let admitted = |d: &DescriptorOutcome<'_>| d.decisions.iter().all(|x| x.allowed);
+    let group_denied = decided.iter().any(|d| d.rule.denies_all() && grouped(d));
+    let group_admitted = !group_denied
+        && decided
+            .iter()
+            .filter(|d| counts(d) && grouped(d))
+            .all(|d| admitted(d));
+    for d in decided.into_iter().filter(|d| counts(d)) {
+        let counted = if grouped(d) {
+            group_admitted
+        } else {
+            admitted(d)
+        };
+        if !counted {
+            continue;
+        }
+        for (l, limit) in d.rule.limits().iter().enumerate() {
+            if limit.algorithm != AlgorithmName::Concurrency {
+                out.push(Charged {
+                    name: limit_name(d.rule, l).into_owned(),
+                    limit: *limit,
+                    key: d.key.clone(),
+                });
+            }
+        }
+    }
 }
 
 /// Reserves `limits` together (names for the headers), or refuses when a
@@ -367,6 +566,7 @@ async fn reserve_limits<S: Store>(
                 wait_ms: None,
                 statuses: None,
                 shadow_rejected: false,
+                ticket: None,
             },
             applied: Vec::new(),
             top: Some(decision),
@@ -381,6 +581,7 @@ async fn reserve_limits<S: Store>(
                 wait_ms: Some(0),
                 statuses: None,
                 shadow_rejected: false,
+                ticket: None,
             },
             applied: Vec::new(),
             top: None,
@@ -418,6 +619,7 @@ async fn reserve_limits<S: Store>(
             ))),
             statuses: None,
             shadow_rejected: false,
+            ticket: None,
         },
         applied,
         top: Some(top_for_headers),

@@ -8,7 +8,11 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
+use std::time::Duration;
+
 use tollgate_core::{LimitError, StoreError};
+
+use crate::tickets::{Full, Refusal, TicketId};
 
 /// An error answered to the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +79,44 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A `503` for a check with `"settle": true` while the ticket table
+    /// is full: nothing was counted.
+    pub fn tickets_full(full: Full, ttl: Duration) -> ApiError {
+        let message = match full {
+            Full::Table(wait) => format!(
+                "the settle ticket table is full (tickets last {ttl:?}); the first place frees up in {} ms; nothing was counted",
+                wait.as_millis()
+            ),
+            Full::Random => "no random bytes for a settle ticket; nothing was counted".to_owned(),
+        };
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "tickets_full",
+            message,
+        }
+    }
+
+    /// A `404` for a ticket unknown or expired, a `409` for one settled
+    /// already; either way nothing changed.
+    pub fn ticket_refused(refusal: Refusal, id: TicketId, ttl: Duration) -> ApiError {
+        match refusal {
+            Refusal::Unknown => ApiError {
+                status: StatusCode::NOT_FOUND,
+                code: "unknown_ticket",
+                message: format!(
+                    "ticket {id} is unknown or has expired (tickets last {ttl:?}; an expired ticket's estimate stands)"
+                ),
+            },
+            Refusal::Settled => ApiError {
+                status: StatusCode::CONFLICT,
+                code: "ticket_settled",
+                message: format!("ticket {id} is settled already; a ticket is settled once"),
+            },
+        }
+    }
+}
+
 impl From<LimitError> for ApiError {
     fn from(error: LimitError) -> ApiError {
         let code = match &error {
@@ -99,6 +141,12 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
         match error {
             StoreError::Limit(e) => ApiError::from(e),
+            // Not an outage: this store will never do it.
+            StoreError::Unsupported(_) => ApiError {
+                status: StatusCode::NOT_IMPLEMENTED,
+                code: "unsupported",
+                message: error.to_string(),
+            },
             outage => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "store_unavailable",
@@ -152,6 +200,14 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert_eq!(e.code, "cost_too_large");
         assert!(e.message.contains("11"));
+    }
+
+    #[test]
+    fn unsupported_operations_are_not_implemented() {
+        let e = ApiError::from(StoreError::Unsupported("settle"));
+        assert_eq!(e.status, StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(e.code, "unsupported");
+        assert_eq!(e.message, "this store does not support settle");
     }
 
     #[test]

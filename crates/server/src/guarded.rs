@@ -258,6 +258,10 @@ impl<S: Store> Store for Guarded<S> {
             .await
     }
 
+    fn settles(&self) -> bool {
+        self.primary.settles()
+    }
+
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
         match self.primary.release(request, lease).await {
             Ok(held) => Ok(held),

@@ -17,10 +17,13 @@
 //! - `extract`: body size limit, strict JSON decoding, the admin token
 //!   (bearer or the dashboard's login cookie).
 //! - `target`: request validation into a [`Target`](target::Target).
-//! - `decide`: checks, reservations and releases, inline and rules-based.
+//! - `decide`: checks, reservations, releases and settles, inline and
+//!   rules-based.
 //! - `envoy`: envoyproxy/ratelimit's `ShouldRateLimit`, for `/json` and
 //!   gRPC.
 //! - `grpc`: the Envoy rate limit gRPC service and the health service.
+//! - `tickets`: the settle tickets of checks admitted with
+//!   `"settle": true`, waiting for `/v1/settle`.
 //! - `guarded`: a shared store under the `--on-store-error` policy.
 //! - `proto`: the protobuf types and gRPC stubs generated from `proto/`.
 //! - `answer`, `error`: the one place decisions and errors become HTTP.
@@ -64,6 +67,7 @@ mod routes;
 mod serve;
 pub mod settings;
 pub mod target;
+pub mod tickets;
 pub mod top;
 pub mod wire;
 

@@ -1,6 +1,8 @@
 //! [`Settings`]: the service's behaviour switches, validated once by the
 //! binary and passed in.
 
+use std::time::Duration;
+
 /// How the decision service behaves. `Default` is what `tollgate serve`
 /// uses without flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +32,13 @@ pub struct Settings {
     /// Fill the gRPC answer's `dynamic_metadata` as envoyproxy/ratelimit's
     /// `RESPONSE_DYNAMIC_METADATA` does (see `grpc`).
     pub response_dynamic_metadata: bool,
+    /// The most settle tickets held at once (open or settled, until their
+    /// lifetime ends); a check with `"settle": true` is refused while the
+    /// table is full.
+    pub ticket_capacity: usize,
+    /// How long a settle ticket lives after its check; an expired ticket
+    /// is never settled (its estimate stands).
+    pub ticket_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -45,6 +54,8 @@ impl Default for Settings {
             merge_domains: false,
             headers: true,
             response_dynamic_metadata: false,
+            ticket_capacity: crate::tickets::DEFAULT_CAPACITY,
+            ticket_ttl: crate::tickets::DEFAULT_TTL,
         }
     }
 }

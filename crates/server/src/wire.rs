@@ -139,6 +139,10 @@ pub struct DecisionRequest<'a> {
     /// `/v1/release`: the lease to end.
     #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub lease: Option<u64>,
+    /// `/v1/check`: `cost` is an estimate, to be settled with the actual
+    /// cost through `/v1/settle` and the answer's `ticket`.
+    #[serde(default)]
+    pub settle: Option<bool>,
 }
 
 /// The decision fields of one limit, or of a descriptor, in milliseconds.
@@ -238,6 +242,10 @@ pub struct DecisionBody {
     /// A limit in shadow mode rejected the request; it was admitted anyway.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub shadow_rejected: bool,
+    /// A check admitted with `"settle": true`: the ticket to settle its
+    /// actual cost with (`/v1/settle`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
 }
 
 impl DecisionBody {
@@ -263,6 +271,11 @@ impl DecisionBody {
         }
         if self.shadow_rejected {
             out.extend_from_slice(b",\"shadow_rejected\":true");
+        }
+        if let Some(ticket) = &self.ticket {
+            out.extend_from_slice(b",\"ticket\":");
+            // serde_json's string escaping; writing into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, ticket);
         }
         out.push(b'}');
     }
@@ -328,6 +341,43 @@ fn push_optional_u64(out: &mut Vec<u8>, key: &[u8], value: Option<u64>) {
             out.extend_from_slice(b"null");
         }
     }
+}
+
+/// The body of `/v1/settle`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SettleRequest {
+    /// The ticket of the check to settle (32 hex digits).
+    pub ticket: String,
+    /// The request's actual cost.
+    #[serde(deserialize_with = "crate::numbers::u64")]
+    pub cost: u64,
+    /// Settle time in ms since the epoch (only with `--trust-client-time`).
+    #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
+    pub at_ms: Option<u64>,
+}
+
+/// How one limit was settled.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SettledLimit {
+    /// The limit's name, as in the check's headers.
+    pub name: String,
+    /// `exact` (nothing to change), `charged` (the difference counted,
+    /// possibly into debt), `refunded` (the difference given back) or
+    /// `refund_dropped` (what the request was counted in no longer counts:
+    /// the estimate stood).
+    pub outcome: &'static str,
+}
+
+/// The answer of `/v1/settle`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SettleBody {
+    /// The cost the check counted.
+    pub estimate: u64,
+    /// The actual cost it was settled with.
+    pub cost: u64,
+    /// Each limit the check counted in, in the check's order.
+    pub settled: Vec<SettledLimit>,
 }
 
 /// The answer of `/v1/release` and `DELETE /v1/keys/{key}`.
@@ -484,6 +534,7 @@ mod tests {
                 wait_ms: (n % 4 == 1).then_some(n * 3),
                 statuses,
                 shadow_rejected: n % 5 == 3,
+                ticket: (n % 6 == 2).then(|| format!("{n:032x}")),
             };
             let mut written = Vec::new();
             body.write_json(&mut written);

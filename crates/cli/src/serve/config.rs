@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate_core::rate::parse_duration;
 use tollgate_listener::ConnectionSettings;
 use tollgate_server::metrics::DEFAULT_VALUES_PER_RULE;
 use tollgate_server::Settings;
@@ -53,6 +54,8 @@ struct ConfigFile {
     max_body_bytes: Option<usize>,
     max_key_bytes: Option<usize>,
     no_headers: Option<bool>,
+    ticket_capacity: Option<usize>,
+    ticket_ttl: Option<String>,
     log_format: Option<String>,
 }
 
@@ -147,7 +150,27 @@ impl ServeConfig {
             headers: !(args.no_headers || file.no_headers.unwrap_or(false)),
             response_dynamic_metadata: args.response_dynamic_metadata
                 || file.response_dynamic_metadata.unwrap_or(false),
+            ticket_capacity: args
+                .ticket_capacity
+                .or(file.ticket_capacity)
+                .unwrap_or(defaults.ticket_capacity),
+            ticket_ttl: match args.ticket_ttl.clone().or(file.ticket_ttl) {
+                None => defaults.ticket_ttl,
+                Some(text) => parse_duration(&text)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        ConfigError::Invalid(format!(
+                            "ticket_ttl {text:?} is not a positive duration like 5m or 30s"
+                        ))
+                    })?,
+            },
         };
+        if settings.ticket_capacity == 0 {
+            return Err(ConfigError::Invalid(
+                "ticket_capacity must be positive".into(),
+            ));
+        }
         if settings.max_body_bytes == 0 || settings.max_key_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "max_body_bytes and max_key_bytes must be positive".into(),
@@ -281,6 +304,37 @@ response_dynamic_metadata = true
         let error = ServeConfig::resolve(&args).unwrap_err().to_string();
         assert!(error.contains("redis_tls_ca"), "{error}");
         assert!(error.contains("memory"), "{error}");
+    }
+
+    #[test]
+    fn settle_tickets_come_from_flags_over_the_file_and_must_be_positive() {
+        let defaults = ServeConfig::resolve(&ServeArgs::default()).unwrap();
+        assert_eq!(defaults.settings.ticket_capacity, 100_000);
+        assert_eq!(defaults.settings.ticket_ttl, Duration::from_secs(300));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(&path, "ticket_capacity = 7\nticket_ttl = \"90s\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            ticket_ttl: Some("2m".into()),
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::resolve(&args).unwrap();
+        assert_eq!(c.settings.ticket_capacity, 7);
+        assert_eq!(c.settings.ticket_ttl, Duration::from_secs(120));
+        for (capacity, ttl, named) in [
+            (Some(0), None, "ticket_capacity"),
+            (None, Some("0s"), "ticket_ttl"),
+            (None, Some("soon"), "soon"),
+        ] {
+            let args = ServeArgs {
+                ticket_capacity: capacity,
+                ticket_ttl: ttl.map(Into::into),
+                ..ServeArgs::default()
+            };
+            let error = ServeConfig::resolve(&args).unwrap_err().to_string();
+            assert!(error.contains(named), "{error}");
+        }
     }
 
     #[test]

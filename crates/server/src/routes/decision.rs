@@ -1,4 +1,5 @@
-//! `POST /v1/check`, `POST /v1/reserve` and `POST /v1/release`.
+//! `POST /v1/check`, `POST /v1/reserve`, `POST /v1/release` and
+//! `POST /v1/settle`.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,8 @@ use crate::decide;
 use crate::error::ApiError;
 use crate::extract::{decode, read_body};
 use crate::target::{cost, moment, Target};
-use crate::wire::{DecisionBody, DecisionRequest, ReleasedBody};
+use crate::tickets::TicketId;
+use crate::wire::{DecisionBody, DecisionRequest, ReleasedBody, SettleBody, SettleRequest};
 
 /// `POST /v1/check`.
 pub(crate) async fn check<S: Store>(
@@ -27,10 +29,49 @@ pub(crate) async fn check<S: Store>(
     refuse_field("lease", request.lease.is_some(), "/v1/release")?;
     let target = Target::of(&request, app.settings())?;
     let at = moment(app.settings(), request.at_ms)?;
-    let answer = decide::check(&app, &target, at, cost(request.cost)).await;
+    let answer = if request.settle == Some(true) {
+        decide::check_to_settle(&app, &target, at, cost(request.cost)).await
+    } else {
+        decide::check(&app, &target, at, cost(request.cost)).await
+    };
     app.metrics().observe_latency("check", started.elapsed());
     answer
 }
+
+/// `POST /v1/settle`.
+pub(crate) async fn settle<S: Store>(
+    State(app): State<App<S>>,
+    body: Body,
+) -> Result<Json<SettleBody>, ApiError> {
+    let bytes = read_body(body, app.settings().max_body_bytes).await?;
+    let request: SettleRequest = decode(&bytes)?;
+    let started = Instant::now();
+    let Some(id) = TicketId::parse(&request.ticket) else {
+        let shown: String = request.ticket.chars().take(64).collect();
+        return Err(ApiError::bad_request(
+            "invalid_ticket",
+            format!("ticket {shown:?} is not a ticket: a ticket is 32 hex digits"),
+        ));
+    };
+    if request.cost > MAX_SETTLE_COST {
+        return Err(ApiError::bad_request(
+            "cost_too_large",
+            format!(
+                "cost {} is over the largest a settle takes, {MAX_SETTLE_COST}",
+                request.cost
+            ),
+        ));
+    }
+    let at = moment(app.settings(), request.at_ms)?;
+    let settled = decide::settle(&app, id, at, request.cost).await;
+    app.metrics().observe_latency("settle", started.elapsed());
+    settled.map(Json)
+}
+
+/// The largest actual cost `/v1/settle` takes: 2^53 − 1, the largest
+/// integer every JSON reader holds exactly. A debt that size is never paid
+/// back anyway; a larger number is a client's mistake.
+pub(crate) const MAX_SETTLE_COST: u64 = (1 << 53) - 1;
 
 /// `POST /v1/reserve`.
 pub(crate) async fn reserve<S: Store>(
@@ -41,6 +82,7 @@ pub(crate) async fn reserve<S: Store>(
     let request: DecisionRequest<'_> = decode(&bytes)?;
     let started = Instant::now();
     refuse_field("lease", request.lease.is_some(), "/v1/release")?;
+    refuse_field("settle", request.settle.is_some(), "/v1/check")?;
     let target = Target::of(&request, app.settings())?;
     let at = moment(app.settings(), request.at_ms)?;
     let max_wait = request.max_wait_ms.map(Duration::from_millis);
@@ -60,6 +102,7 @@ pub(crate) async fn release<S: Store>(
         ("cost", request.cost.is_some()),
         ("at_ms", request.at_ms.is_some()),
         ("max_wait_ms", request.max_wait_ms.is_some()),
+        ("settle", request.settle.is_some()),
     ] {
         refuse_field(field, given, "/v1/check")?;
     }
