@@ -673,7 +673,8 @@ impl Metrics {
     }
 
     /// Registers the async sync mode's metrics (`--sync async`):
-    /// `tollgate_sync_lag_seconds`, `tollgate_sync_batches_total`,
+    /// `tollgate_sync_lag_seconds`, `tollgate_sync_lag_max_seconds`,
+    /// `tollgate_sync_batches_total`,
     /// `tollgate_sync_failed_batches_total`, `tollgate_sync_batch_keys`,
     /// `tollgate_sync_unsent` and `tollgate_sync_degraded_decisions_total`;
     /// [`set_sync`](Self::set_sync) keeps them.
@@ -683,6 +684,11 @@ impl Metrics {
             "sync_lag_seconds",
             "Age of the global state behind the local copies: time since the last sync batch that reached the shared store left",
             sync.lag.clone(),
+        );
+        self.registry.register(
+            "sync_lag_max_seconds",
+            "Oldest the global state behind the local copies has been since start: the longest time from a sync batch that reached the shared store leaving to the next one coming back",
+            sync.max_lag.clone(),
         );
         self.registry.register(
             "sync_batches",
@@ -716,6 +722,7 @@ impl Metrics {
     pub fn set_sync(&self, figures: &SyncFigures) {
         let sync = &self.sync;
         sync.lag.set(figures.lag.as_secs_f64());
+        sync.max_lag.set(figures.max_lag.as_secs_f64());
         catch_up(&sync.batches, figures.batches);
         catch_up(&sync.failed_batches, figures.failed_batches);
         catch_up(&sync.degraded, figures.degraded_decisions);
@@ -845,6 +852,9 @@ impl Metrics {
 pub struct SyncFigures {
     /// Time since the last batch that reached the shared store left.
     pub lag: Duration,
+    /// The longest lag so far, from a batch that reached the shared store
+    /// leaving to the next one coming back.
+    pub max_lag: Duration,
     /// Batches that reached the shared store, so far.
     pub batches: u64,
     /// Batches that did not, so far.
@@ -862,6 +872,7 @@ pub struct SyncFigures {
 #[derive(Default)]
 struct SyncMetrics {
     lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    max_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
     batches: Counter,
     failed_batches: Counter,
     batch_keys: Gauge,

@@ -71,6 +71,10 @@ pub struct SyncStats {
     pub key_errors: u64,
     /// Decisions taken locally while the shared store was unreachable.
     pub degraded_decisions: u64,
+    /// The oldest the global state behind the copies has been so far: the
+    /// longest time from a batch that reached the shared store leaving to
+    /// the next one coming back (see [`SyncStore::max_lag`]).
+    pub max_lag: Duration,
     /// Keys held locally now.
     pub keys: usize,
     /// Usage entries not yet acknowledged by the shared store.
@@ -105,6 +109,8 @@ struct Inner<T, E> {
     /// When (clock ns) the last batch that reached the shared store left,
     /// or when the store was made.
     synced_at: AtomicU64,
+    /// The longest lag a batch ended (ns): see [`SyncStore::max_lag`].
+    max_lag: AtomicU64,
     batches: AtomicU64,
     failed_batches: AtomicU64,
     last_batch_keys: AtomicU64,
@@ -198,6 +204,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                 syncing: tokio::sync::Mutex::new(()),
                 outage: AtomicBool::new(false),
                 synced_at: AtomicU64::new(now),
+                max_lag: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
                 failed_batches: AtomicU64::new(0),
                 last_batch_keys: AtomicU64::new(0),
@@ -235,6 +242,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             keys_sent: load(&self.inner.keys_sent),
             key_errors: load(&self.inner.key_errors),
             degraded_decisions: load(&self.inner.degraded_decisions),
+            max_lag: self.max_lag(),
             keys,
             unsent,
         }
@@ -246,6 +254,27 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
     pub fn lag(&self) -> Duration {
         let now = self.inner.clock.now();
         Duration::from_nanos(now.saturating_sub(self.inner.synced_at.load(Ordering::Relaxed)))
+    }
+
+    /// The oldest the global state behind the copies has been so far: at
+    /// each batch that reaches the shared store (or has nothing to send),
+    /// the time since the previous such batch left, the lag just before
+    /// this one brought the newer state back; the largest of them: the
+    /// `L` of the bound in docs/semantics.md. (A copy is only read again
+    /// by a batch after a use: a key used again after a pause is decided
+    /// on an older state for a while, as the bound says.)
+    pub fn max_lag(&self) -> Duration {
+        Duration::from_nanos(self.inner.max_lag.load(Ordering::Relaxed))
+    }
+
+    /// A batch that left at `started` came back (or had nothing to send)
+    /// at `now`: the lag it ended counts toward [`max_lag`](Self::max_lag),
+    /// and the global state is now as of `started`.
+    fn synced(&self, started: u64, now: u64) {
+        let before = self.inner.synced_at.swap(started, Ordering::Relaxed);
+        self.inner
+            .max_lag
+            .fetch_max(now.saturating_sub(before), Ordering::Relaxed);
     }
 
     /// Whether requests against `limit` are decided locally.
@@ -294,7 +323,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             .last_batch_keys
             .store(sent.len() as u64, Ordering::Relaxed);
         if sent.is_empty() {
-            self.inner.synced_at.store(started, Ordering::Relaxed);
+            self.synced(started, started);
             return Ok(0);
         }
         let batch: Vec<Exchange<'_>> = sent
@@ -332,7 +361,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                     }
                 }
                 self.inner.outage.store(false, Ordering::Relaxed);
-                self.inner.synced_at.store(started, Ordering::Relaxed);
+                self.synced(started, self.inner.clock.now());
                 self.inner.batches.fetch_add(1, Ordering::Relaxed);
                 self.inner
                     .keys_sent

@@ -388,3 +388,47 @@ fn copies_are_bounded_and_dropped_when_fresh() {
     now(a.sync()).unwrap();
     assert_eq!(a.stats().keys, 0, "expired and synced: dropped");
 }
+
+/// `max_lag` is the longest span from a batch that got through leaving to
+/// the next one coming back (or finding nothing to send): a batch's round
+/// trip counts, and so does an outage, whole.
+#[test]
+fn the_longest_lag_runs_from_a_batch_leaving_to_the_next_coming_back() {
+    let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_minute(10).unwrap());
+    let remote = Arc::new(Remote::default());
+    let clock = clock();
+    let a = instance(&remote, &clock, EXACT);
+    let request = [LimitKey {
+        limit: &limit,
+        key: b"k",
+    }];
+    let ms = Duration::from_millis;
+    assert_eq!(a.max_lag(), Duration::ZERO);
+    now(a.check(&request, Moment::Now, 1)).unwrap();
+    // Leaves at +100 ms (the store was made at +0), back at +130 ms.
+    clock.advance(ms(100));
+    let on_its_way = Arc::clone(&clock);
+    remote
+        .during
+        .lock()
+        .push(Box::new(move || on_its_way.advance(ms(30))));
+    assert_eq!(now(a.sync()).unwrap(), 1);
+    assert_eq!(a.max_lag(), ms(130));
+    // Nothing to send at +200 ms: the lag it ends, 100 ms, is shorter.
+    clock.advance(ms(70));
+    assert_eq!(now(a.sync()).unwrap(), 0);
+    assert_eq!(a.max_lag(), ms(130));
+    // Down from +250 ms to +650 ms: the batch that gets through there ends
+    // a lag that began when the one at +200 ms left.
+    clock.advance(ms(50));
+    remote.down.store(true, Ordering::SeqCst);
+    now(a.check(&request, Moment::Now, 1)).unwrap();
+    assert!(now(a.sync()).is_err());
+    clock.advance(ms(400));
+    assert!(now(a.sync()).is_err());
+    assert_eq!(a.max_lag(), ms(130));
+    remote.down.store(false, Ordering::SeqCst);
+    assert_eq!(now(a.sync()).unwrap(), 1);
+    assert_eq!(a.max_lag(), ms(450));
+    assert_eq!(a.stats().max_lag, ms(450));
+}

@@ -157,6 +157,7 @@ pub fn report_sync(sync: &Synced, metrics: &Metrics) {
     let stats = sync.stats();
     metrics.set_sync(&SyncFigures {
         lag: sync.lag(),
+        max_lag: stats.max_lag,
         batches: stats.batches,
         failed_batches: stats.failed_batches,
         batch_keys: stats.last_batch_keys,
