@@ -8,60 +8,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
+#[path = "support/sync.rs"]
+mod sync;
 
 use std::process::Command;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use support::{Server, PATIENCE};
+use support::Server;
+use sync::{reaches, Mode};
 use tollgate_testkit::RedisServer;
 
 fn serve_async(redis: &RedisServer) -> Server {
-    let url = redis.url();
-    Server::start(&[
-        "--store",
-        url.as_str(),
-        "--sync",
-        "async",
-        "--sync-interval",
-        "20ms",
-        "--trust-client-time",
-    ])
-}
-
-/// The bulk strings of a raw RESP reply (an array of them, or one).
-fn bulk_strings(reply: &str) -> Vec<&str> {
-    reply
-        .split("\r\n")
-        .filter(|line| !line.is_empty() && !line.starts_with(['*', '$']))
-        .collect()
-}
-
-/// Waits until Redis holds `count` in the one fixed-window state it has:
-/// the usage the instances admitted has reached it. Read from Redis, not
-/// from an instance's metrics, which a batch that left before the last
-/// admission could satisfy.
-fn reaches(redis: &RedisServer, count: u64) {
-    let start = Instant::now();
-    loop {
-        let keys = redis.command("KEYS tollgate:*").unwrap_or_default();
-        let held = bulk_strings(&keys).first().and_then(|key| {
-            let values = redis.command(&format!("HVALS {key}")).unwrap_or_default();
-            // A fixed window's value: `window count`.
-            bulk_strings(&values)
-                .first()
-                .and_then(|value| value.split(' ').nth(1))
-                .and_then(|n| n.parse::<u64>().ok())
-        });
-        if held == Some(count) {
-            return;
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "Redis holds {held:?}, not {count}"
-        );
-        std::thread::yield_now();
-    }
+    sync::serve(redis, Mode::Async("20ms"))
 }
 
 /// Admits up to `most` requests; how many were admitted.
@@ -79,10 +37,7 @@ fn admit(server: &Server, body: &Value, most: u64) -> u64 {
 fn three_instances_hand_a_limit_off_through_redis() {
     let redis = RedisServer::start_with_module();
     let [a, b, c] = [(); 3].map(|()| serve_async(&redis));
-    let at_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let at_ms = sync::at_ms_now();
     let body = json!({
         "key": "handed",
         "limit": {"algorithm": "fixed_window", "rate": "10/hour"},
