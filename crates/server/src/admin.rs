@@ -1,8 +1,9 @@
 //! [`admin_router`]: the gateway's admin port — `GET /healthz`,
-//! `GET /readyz`, `GET /metrics`, `GET /v1/top` and the dashboard, answered
-//! exactly as the decision service answers them. They need a port of their
-//! own because every path of the gateway's main port belongs to the
-//! upstream.
+//! `GET /readyz`, `GET /metrics`, `GET /v1/top`, the dashboard and, when
+//! given a table, `/v1/overrides/{domain}`, answered exactly as the
+//! decision service answers them (the override routes are the same
+//! handlers). They need a port of their own because every path of the
+//! gateway's main port belongs to the upstream.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use tollgate_core::Store;
+use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::RuleSet;
 
 use crate::dashboard::peek::PeekBody;
@@ -23,8 +25,9 @@ use crate::dashboard::{self, page, DashboardBody, Source};
 use crate::error::ApiError;
 use crate::extract::{decode, read_body, require_token};
 use crate::metrics::Metrics;
+use crate::override_store::OverrideBackend;
 use crate::routes::admin::{top_of, TopBody, TopQuery};
-use crate::routes::health;
+use crate::routes::{health, overrides};
 use crate::settings::Settings;
 use crate::wire::DecisionRequest;
 
@@ -42,6 +45,13 @@ pub struct AdminOptions {
     pub shadow: bool,
     /// The global quota mode, for the same reason.
     pub quota_mode: bool,
+    /// The runtime overrides the port manages (`PUT`, `GET` and `DELETE
+    /// /v1/overrides/{domain}`, behind the token) and the dashboard lists;
+    /// `None`: no override routes.
+    pub overrides: Option<Arc<OverrideTable>>,
+    /// Where a change is written first when the overrides are shared
+    /// (Redis), as the decision service does.
+    pub override_backend: Option<Arc<dyn OverrideBackend>>,
 }
 
 impl AdminOptions {
@@ -53,6 +63,8 @@ impl AdminOptions {
             rules_path: None,
             shadow: false,
             quota_mode: false,
+            overrides: None,
+            override_backend: None,
         }
     }
 }
@@ -67,6 +79,11 @@ struct Admin<S> {
     rules_path: Option<Arc<PathBuf>>,
     /// Defaults, with the token: the peek validates requests by them.
     settings: Arc<Settings>,
+    /// The runtime overrides (empty when the port was given none).
+    overrides: Arc<OverrideTable>,
+    /// Whether the port was given them.
+    has_overrides: bool,
+    override_backend: Option<Arc<dyn OverrideBackend>>,
 }
 
 impl<S> Clone for Admin<S> {
@@ -78,6 +95,9 @@ impl<S> Clone for Admin<S> {
             rules: Arc::clone(&self.rules),
             rules_path: self.rules_path.clone(),
             settings: Arc::clone(&self.settings),
+            overrides: Arc::clone(&self.overrides),
+            has_overrides: self.has_overrides,
+            override_backend: self.override_backend.clone(),
         }
     }
 }
@@ -90,8 +110,29 @@ impl<S: Store> Admin<S> {
             rules: self.rules.load_full(),
             rules_path: self.rules_path.as_deref().map(PathBuf::as_path),
             settings: &self.settings,
-            overrides: None,
+            overrides: self.has_overrides.then_some(&*self.overrides),
         }
+    }
+}
+
+impl<S: Store> overrides::Host for Admin<S> {
+    fn admin_token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+    fn rules(&self) -> Arc<RuleSet> {
+        self.rules.load_full()
+    }
+    fn table(&self) -> &Arc<OverrideTable> {
+        &self.overrides
+    }
+    fn backend(&self) -> Option<&Arc<dyn OverrideBackend>> {
+        self.override_backend.as_ref()
+    }
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 
@@ -106,7 +147,11 @@ impl<S: Store> Admin<S> {
 ///   (the keys name users and addresses): `Authorization: Bearer <token>`
 ///   or the dashboard's login cookie;
 /// - `GET /dashboard`, `POST /dashboard/login`, `GET /v1/dashboard` and
-///   `POST /v1/dashboard/peek`: the live dashboard, behind the same token.
+///   `POST /v1/dashboard/peek`: the live dashboard, behind the same token;
+/// - with `options.overrides`, `PUT`, `GET` and `DELETE
+///   /v1/overrides/{domain}`: the runtime overrides, behind the same
+///   token, as the decision service serves them (written to
+///   `options.override_backend` first when there is one).
 ///
 /// Readiness does not depend on the upstream: a gateway whose upstream is
 /// down still answers (`502`) and should stay in its load balancer.
@@ -121,7 +166,8 @@ pub fn admin_router<S: Store>(
         quota_mode: options.quota_mode,
         ..Settings::default()
     };
-    Router::new()
+    let has_overrides = options.overrides.is_some();
+    let mut router = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
@@ -129,16 +175,26 @@ pub fn admin_router<S: Store>(
         .route("/v1/dashboard", get(dashboard_data::<S>))
         .route("/v1/dashboard/peek", post(dashboard_peek::<S>))
         .route("/dashboard", get(dashboard_page::<S>))
-        .route("/dashboard/login", post(dashboard_login::<S>))
-        .fallback(health::not_found)
-        .with_state(Admin {
-            store,
-            metrics,
-            token: options.token.map(Arc::from),
-            rules: options.rules,
-            rules_path: options.rules_path.map(Arc::new),
-            settings: Arc::new(settings),
-        })
+        .route("/dashboard/login", post(dashboard_login::<S>));
+    if has_overrides {
+        router = router.route(
+            "/v1/overrides/{domain}",
+            get(overrides::list::<Admin<S>>)
+                .put(overrides::put::<Admin<S>>)
+                .delete(overrides::remove::<Admin<S>>),
+        );
+    }
+    router.fallback(health::not_found).with_state(Admin {
+        store,
+        metrics,
+        token: options.token.map(Arc::from),
+        rules: options.rules,
+        rules_path: options.rules_path.map(Arc::new),
+        settings: Arc::new(settings),
+        overrides: options.overrides.unwrap_or_default(),
+        has_overrides,
+        override_backend: options.override_backend,
+    })
 }
 
 async fn top<S: Store>(

@@ -165,9 +165,9 @@ pub fn router<S: Store>(app: App<S>) -> Router {
         .route("/v1/top", get(routes::admin::top_refused::<S>))
         .route(
             "/v1/overrides/{domain}",
-            get(routes::overrides::list::<S>)
-                .put(routes::overrides::put::<S>)
-                .delete(routes::overrides::remove::<S>),
+            get(routes::overrides::list::<App<S>>)
+                .put(routes::overrides::put::<App<S>>)
+                .delete(routes::overrides::remove::<App<S>>),
         )
         .route("/v1/dashboard", get(routes::dashboard::data::<S>))
         .route("/v1/dashboard/peek", post(routes::dashboard::peek::<S>))

@@ -11,6 +11,7 @@ use std::time::Instant;
 use http::request::Parts;
 use tollgate_core::{LimitKey, Moment, Store};
 use tollgate_rules::check::Plan;
+use tollgate_rules::overrides::Found;
 use tollgate_rules::{Action, OnMissing, RuleSet};
 
 use crate::client_ip::client_ip;
@@ -40,10 +41,13 @@ pub(crate) enum Step<'r> {
     Ruled(Ruling<'r>),
 }
 
-/// Decides a request by the rules of `domain`.
+/// Decides a request by the rules of `domain` and the runtime overrides
+/// of its descriptors, which are put in `found` (the caller keeps them as
+/// long as the ruling, which may borrow their rules).
 pub(crate) async fn by_rules<'r, St: Store>(
     shared: &Shared<St>,
     rules: &'r RuleSet,
+    found: &'r mut Found,
     domain_name: &str,
     parts: &Parts,
 ) -> Step<'r> {
@@ -89,7 +93,12 @@ pub(crate) async fn by_rules<'r, St: Store>(
         if built.descriptors.is_empty() {
             return Step::Forward;
         }
-        Plan::new(domain, &built.descriptors, shadow).with_global_quota(shared.settings.quota_mode)
+        if let Some(table) = &shared.overrides {
+            *found = table.find(domain_name, &built.descriptors);
+        }
+        let found: &'r Found = found;
+        Plan::new_with(domain, &built.descriptors, found, shadow)
+            .with_global_quota(shared.settings.quota_mode)
     };
     let outcome = match plan.check(&*shared.store, Moment::Now, 1).await {
         Ok(outcome) => outcome,

@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tollgate_core::Store;
+use tollgate_rules::overrides::Found;
 use tower::{Service, ServiceExt};
 
 use crate::body::RateLimitBody;
@@ -75,9 +76,12 @@ where
         Policy::Rules { rules, .. } => Some(rules.load_full()),
         Policy::Inline(_) => None,
     };
+    // The runtime overrides found for its descriptors, kept as long as the
+    // rules (the ruling may borrow an override's rule).
+    let mut found = Found::EMPTY;
     let step = match (&shared.policy, &loaded) {
         (Policy::Rules { domain, .. }, Some(rules)) => {
-            decide::by_rules(&shared, rules, domain, &parts).await
+            decide::by_rules(&shared, rules, &mut found, domain, &parts).await
         }
         (Policy::Inline(inline), _) => decide::by_inline(&shared, inline, &parts).await,
         (Policy::Rules { .. }, None) => Step::Forward,

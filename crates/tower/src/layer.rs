@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tollgate_core::{Limit, Store};
+use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::RuleSet;
 use tower::Layer;
 
@@ -83,6 +84,7 @@ impl<St: Store> RateLimitLayer<St> {
                 trusted: TrustedProxies::none(),
                 settings: Settings::default(),
                 observer: None,
+                overrides: None,
             }),
         }
     }
@@ -102,6 +104,18 @@ impl<St: Store> RateLimitLayer<St> {
     /// Tells `observer` about every decision.
     pub fn with_observer(mut self, observer: impl Observer) -> Self {
         Arc::make_mut(&mut self.shared).observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Decides by the runtime overrides in `overrides` too: an override
+    /// takes precedence over the rules for its exact descriptor (see
+    /// `tollgate_rules::overrides`), counted under its own key. The table
+    /// is shared: whoever holds it (an admin API, a Redis sync) may change
+    /// it while requests run, and each request reads it as it is when the
+    /// request is decided. A check whose domain has no override costs one
+    /// atomic load more than without a table. Inline limits ignore it.
+    pub fn with_overrides(mut self, overrides: Arc<OverrideTable>) -> Self {
+        Arc::make_mut(&mut self.shared).overrides = Some(overrides);
         self
     }
 

@@ -21,7 +21,10 @@
 //! - **concurrency**: `concurrency` limits hold a lease until the response
 //!   body ends, the service fails, or the client goes away;
 //! - **shadow** mode (global or per route) decides and reports through an
-//!   [`Observer`], and never rejects.
+//!   [`Observer`], and never rejects;
+//! - **runtime overrides**: with a shared table
+//!   ([`RateLimitLayer::with_overrides`]), a limit set at runtime for one
+//!   exact descriptor takes precedence over the rules for it.
 //!
 //! # Example
 //!

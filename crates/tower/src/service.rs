@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use http::{Request, Response};
 use tollgate_core::{LimitKey, Store};
+use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::RuleSet;
 use tower::Service;
 
@@ -37,6 +38,9 @@ pub(crate) struct Shared<St> {
     pub(crate) trusted: TrustedProxies,
     pub(crate) settings: Settings,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// Runtime overrides, when the layer was given a table: they take
+    /// precedence over the rules for their exact descriptors.
+    pub(crate) overrides: Option<Arc<OverrideTable>>,
 }
 
 impl<St> Clone for Shared<St> {
@@ -47,6 +51,7 @@ impl<St> Clone for Shared<St> {
             trusted: self.trusted.clone(),
             settings: self.settings,
             observer: self.observer.clone(),
+            overrides: self.overrides.clone(),
         }
     }
 }

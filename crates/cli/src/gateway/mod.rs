@@ -1,9 +1,11 @@
 //! `tollgate gateway`: wiring only. Reads the settings, loads the rules
 //! and watches them, builds the store (memory, or Redis under its failure
-//! policy) and its housekeeping, then serves the reverse proxy
-//! ([`tollgate_gateway`]) behind the rate-limiting layer
-//! ([`tollgate_tower::RateLimitLayer`]) and the optional admin port until
-//! SIGTERM or SIGINT, and finishes the requests in flight.
+//! policy) and its housekeeping, and the runtime overrides' table (kept in
+//! step with Redis on a shared store, as `serve` keeps it), then serves
+//! the reverse proxy ([`tollgate_gateway`]) behind the rate-limiting layer
+//! ([`tollgate_tower::RateLimitLayer`]) and the optional admin port (which
+//! manages the overrides too) until SIGTERM or SIGINT, and finishes the
+//! requests in flight.
 
 pub mod config;
 
@@ -16,9 +18,11 @@ use tokio::sync::watch;
 use tollgate_core::Store;
 use tollgate_gateway::{self as gateway, Proxy, ProxySettings, RequestBody};
 use tollgate_listener::Protocols;
+use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::watch::{RulesWatcher, WatchOptions};
 use tollgate_rules::{LoadOptions, RuleSet};
 use tollgate_server::metrics::Metrics;
+use tollgate_server::override_store::OverrideBackend;
 use tollgate_server::reload::apply_reload;
 use tollgate_server::MetricsObserver;
 use tollgate_tower::{RateLimitLayer, Settings};
@@ -82,20 +86,52 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
             metrics.set_memory_unstored(unstored);
         }
     };
+    // The runtime overrides: on the memory store, this process's own (set
+    // through the admin port, gone when it stops); on Redis, the shared
+    // ones, kept in step as every `serve` instance keeps them.
+    let overrides = Arc::new(OverrideTable::new());
     match config.store.choice.clone() {
         StoreChoice::Memory => {
             let store = store::memory(config.store.memory_max_bytes);
             let housekeeping = store::housekeeping(store.clone(), gauge);
-            let served = serve_on(&config, proxy, Arc::new(store), rules, metrics).await;
+            let shared_overrides = Overrides {
+                table: overrides,
+                backend: None,
+            };
+            let served = serve_on(
+                &config,
+                proxy,
+                Arc::new(store),
+                rules,
+                metrics,
+                shared_overrides,
+            )
+            .await;
             housekeeping.abort();
             served
         }
         StoreChoice::Redis(shared) => {
             let (store, fallback) =
                 store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
+            let redis = store.primary().clone();
+            let overrides_sync = store::overrides::sync(redis.clone(), Arc::clone(&overrides));
+            let shared_overrides = Overrides {
+                table: overrides,
+                backend: Some(Arc::new(store::overrides::RedisBackend(redis))),
+            };
             let housekeeping = store::housekeeping(fallback, gauge);
             let served = match shared.sync {
-                None => serve_on(&config, proxy, Arc::new(store), rules, metrics).await,
+                None => {
+                    serve_on(
+                        &config,
+                        proxy,
+                        Arc::new(store),
+                        rules,
+                        metrics,
+                        shared_overrides,
+                    )
+                    .await
+                }
                 Some(interval) => {
                     let sync = store::synced(store, interval);
                     tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
@@ -110,6 +146,7 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
                         Arc::new(sync.clone()),
                         rules,
                         Arc::clone(&metrics),
+                        shared_overrides,
                     )
                     .await;
                     syncing.abort();
@@ -118,9 +155,17 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
                 }
             };
             housekeeping.abort();
+            overrides_sync.abort();
             served
         }
     }
+}
+
+/// The runtime overrides in force and where a change made on the admin
+/// port is written first, if anywhere.
+struct Overrides {
+    table: Arc<OverrideTable>,
+    backend: Option<Arc<dyn OverrideBackend>>,
 }
 
 /// Watches the rules, binds the ports and serves until a shutdown signal.
@@ -130,6 +175,7 @@ async fn serve_on<S: Store>(
     store: Arc<S>,
     rules: RuleSet,
     metrics: Arc<Metrics>,
+    overrides: Overrides,
 ) -> Result<()> {
     // The rules in force, swapped whole on each reload.
     let rules = Arc::new(ArcSwap::from_pointee(rules));
@@ -164,7 +210,8 @@ async fn serve_on<S: Store>(
         address_grouping: config.address_grouping,
         ..Settings::default()
     })
-    .with_observer(MetricsObserver::new(Arc::clone(&metrics)));
+    .with_observer(MetricsObserver::new(Arc::clone(&metrics)))
+    .with_overrides(Arc::clone(&overrides.table));
     let service = ServiceBuilder::new().layer(limits).service(proxy);
 
     // Before any address is announced: a signal sent as soon as one is
@@ -217,6 +264,8 @@ async fn serve_on<S: Store>(
                         rules_path: config.rules.clone(),
                         shadow: config.shadow,
                         quota_mode: config.quota_mode,
+                        overrides: Some(overrides.table),
+                        override_backend: overrides.backend,
                     },
                 );
                 tollgate_listener::serve(

@@ -56,7 +56,7 @@ pub(crate) struct DashboardBody {
     /// Per decision route that decided anything.
     latency: Vec<LatencyView>,
     /// The runtime overrides (`/v1/overrides/{domain}`); null where the
-    /// server takes none (the gateway).
+    /// server takes none (an admin port given no table).
     overrides: Option<OverridesView>,
 }
 

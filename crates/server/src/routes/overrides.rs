@@ -9,8 +9,13 @@
 //! a cursor, the hex form of its last override's key: the next page
 //! starts after it, in key order, so overrides put or removed between two
 //! pages never make another one appear twice or go missing.
+//!
+//! The same handlers serve the decision service ([`App`]) and the
+//! gateway's admin port: each is generic over the [`Host`] that holds the
+//! table.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -19,15 +24,55 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tollgate_core::Store;
+use tollgate_core::{Store, StoreError};
 use tollgate_rules::overrides::{entries_key, parse_entries, Override, OverrideTable};
+use tollgate_rules::RuleSet;
 
 use crate::app::App;
-use crate::decide::store;
 use crate::error::ApiError;
-use crate::extract::{decode, read_body, require_admin};
+use crate::extract::{decode, read_body, require_token};
+use crate::metrics::Metrics;
+use crate::override_store::OverrideBackend;
+use crate::settings::Settings;
 use crate::target::entries_of;
 use crate::wire::EntrySpec;
+
+/// What the override routes read from the server that serves them.
+pub(crate) trait Host: Clone + Send + Sync + 'static {
+    /// The admin token the routes need; open when `None`.
+    fn admin_token(&self) -> Option<&str>;
+    /// The limits requests are decoded under.
+    fn settings(&self) -> &Settings;
+    /// The rules in force: the domains overrides may be put in.
+    fn rules(&self) -> Arc<RuleSet>;
+    /// The overrides in force.
+    fn table(&self) -> &Arc<OverrideTable>;
+    /// Where the overrides are shared, if anywhere.
+    fn backend(&self) -> Option<&Arc<dyn OverrideBackend>>;
+    /// Where a store outage is counted.
+    fn metrics(&self) -> &Metrics;
+}
+
+impl<S: Store> Host for App<S> {
+    fn admin_token(&self) -> Option<&str> {
+        App::settings(self).admin_token.as_deref()
+    }
+    fn settings(&self) -> &Settings {
+        App::settings(self)
+    }
+    fn rules(&self) -> Arc<RuleSet> {
+        App::rules(self)
+    }
+    fn table(&self) -> &Arc<OverrideTable> {
+        self.overrides()
+    }
+    fn backend(&self) -> Option<&Arc<dyn OverrideBackend>> {
+        self.override_backend()
+    }
+    fn metrics(&self) -> &Metrics {
+        App::metrics(self)
+    }
+}
 
 /// Overrides one page lists when the query does not say.
 const PAGE_DEFAULT: usize = 100;
@@ -111,13 +156,13 @@ pub(crate) struct ListAnswer {
 }
 
 /// `PUT /v1/overrides/{domain}`: sets the limit of one exact descriptor.
-pub(crate) async fn put<S: Store>(
-    State(app): State<App<S>>,
+pub(crate) async fn put<H: Host>(
+    State(app): State<H>,
     headers: HeaderMap,
     Path(domain): Path<String>,
     body: Body,
 ) -> Result<(StatusCode, Json<PutAnswer>), ApiError> {
-    require_admin(&app, &headers)?;
+    require_token(app.admin_token(), &headers)?;
     let bytes = read_body(body, app.settings().max_body_bytes).await?;
     let body: PutBody<'_> = decode(&bytes)?;
     known_domain(&app, &domain, false)?;
@@ -141,14 +186,11 @@ pub(crate) async fn put<S: Store>(
     let invalid =
         |e: tollgate_rules::RulesError| ApiError::bad_request("invalid_override", e.to_string());
     OverrideTable::validate(&domain, &text).map_err(invalid)?;
-    if let Some(backend) = app.override_backend() {
+    if let Some(backend) = app.backend() {
         let key = entries_key(&entries);
-        store(&app, backend.put(&domain, &key, &text).await)?;
+        shared(&app, backend.put(&domain, &key, &text).await)?;
     }
-    let replaced = app
-        .overrides()
-        .put(&domain, &entries, &text)
-        .map_err(invalid)?;
+    let replaced = app.table().put(&domain, &entries, &text).map_err(invalid)?;
     let status = if replaced {
         StatusCode::OK
     } else {
@@ -167,35 +209,35 @@ pub(crate) async fn put<S: Store>(
 
 /// `DELETE /v1/overrides/{domain}`: removes the override of one exact
 /// descriptor, if it has one.
-pub(crate) async fn remove<S: Store>(
-    State(app): State<App<S>>,
+pub(crate) async fn remove<H: Host>(
+    State(app): State<H>,
     headers: HeaderMap,
     Path(domain): Path<String>,
     body: Body,
 ) -> Result<Json<DeleteAnswer>, ApiError> {
-    require_admin(&app, &headers)?;
+    require_token(app.admin_token(), &headers)?;
     let bytes = read_body(body, app.settings().max_body_bytes).await?;
     let body: DeleteBody<'_> = decode(&bytes)?;
     known_domain(&app, &domain, true)?;
     let entries = entries_of(0, &body.entries, app.settings())?;
     let mut removed = false;
-    if let Some(backend) = app.override_backend() {
+    if let Some(backend) = app.backend() {
         let key = entries_key(&entries);
-        removed = store(&app, backend.remove(&domain, &key).await)?;
+        removed = shared(&app, backend.remove(&domain, &key).await)?;
     }
-    removed |= app.overrides().remove(&domain, &entries);
+    removed |= app.table().remove(&domain, &entries);
     Ok(Json(DeleteAnswer { removed }))
 }
 
 /// `GET /v1/overrides/{domain}?limit=…&cursor=…`: one page of the
 /// domain's overrides, in key order.
-pub(crate) async fn list<S: Store>(
-    State(app): State<App<S>>,
+pub(crate) async fn list<H: Host>(
+    State(app): State<H>,
     headers: HeaderMap,
     Path(domain): Path<String>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<ListAnswer>, ApiError> {
-    require_admin(&app, &headers)?;
+    require_token(app.admin_token(), &headers)?;
     let query = crate::extract::query(query)?;
     known_domain(&app, &domain, true)?;
     let limit = query.limit.unwrap_or(PAGE_DEFAULT as u64);
@@ -211,12 +253,7 @@ pub(crate) async fn list<S: Store>(
     };
     // At most PAGE_MAX, so it fits.
     let limit = usize::try_from(limit).unwrap_or(PAGE_MAX);
-    Ok(Json(page_of(
-        app.overrides(),
-        &domain,
-        after.as_deref(),
-        limit,
-    )))
+    Ok(Json(page_of(app.table(), &domain, after.as_deref(), limit)))
 }
 
 /// One page of `domain`'s overrides in `table`.
@@ -312,19 +349,25 @@ fn override_json(entries: &[(String, String)], text: &str) -> Value {
 /// Refuses a domain the rules do not define, unless (`with_overrides`)
 /// it still has overrides (its rules were reloaded away): those can be
 /// listed and removed, not added to.
-fn known_domain<S: Store>(
-    app: &App<S>,
-    domain: &str,
-    with_overrides: bool,
-) -> Result<(), ApiError> {
-    if app.rules().domain(domain).is_some() || (with_overrides && app.overrides().count(domain) > 0)
-    {
+fn known_domain<H: Host>(app: &H, domain: &str, with_overrides: bool) -> Result<(), ApiError> {
+    if app.rules().domain(domain).is_some() || (with_overrides && app.table().count(domain) > 0) {
         return Ok(());
     }
     Err(ApiError::bad_request(
         "unknown_domain",
         format!("unknown domain {:?}: no rules file defines it", cut(domain)),
     ))
+}
+
+/// A shared backend's answer, a store outage counted (as a decision's is).
+fn shared<H: Host, T>(app: &H, result: Result<T, StoreError>) -> Result<T, ApiError> {
+    result.map_err(|e| {
+        if e.is_outage() {
+            app.metrics().store_error();
+            tracing::warn!(error = %e, "store operation failed");
+        }
+        ApiError::from(e)
+    })
 }
 
 /// At most 256 characters of `text`, for a message.
