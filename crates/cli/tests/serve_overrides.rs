@@ -235,3 +235,53 @@ fn on_redis_a_change_while_redis_is_down_is_refused_and_nothing_changes() {
     assert_eq!(answer["error"]["code"], "store_unavailable");
     assert_eq!(send(&server, reqwest::Method::GET, None).1["count"], 0);
 }
+
+/// `serve` on `url` with the test rules and the token.
+fn start_on(dir: &tempfile::TempDir, url: &str) -> Server {
+    let rules = dir.path().join("rules.yaml");
+    support::write(&rules, RULES);
+    Server::start(&[
+        "--rules",
+        rules.to_str().unwrap(),
+        "--store",
+        url,
+        "--admin-token",
+        TOKEN,
+    ])
+}
+
+#[test]
+fn on_a_redis_cluster_an_instance_sees_the_changes_another_makes() {
+    let cluster = tollgate_testkit::RedisCluster::start(3, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let seeds: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    // Each instance's first seed differs, and so does the node its pub/sub
+    // connection is on: messages must cross the cluster.
+    let url_from = |first: usize| {
+        let mut order = seeds.clone();
+        order.rotate_left(first);
+        format!("redis+cluster://{}", order.join(","))
+    };
+    let one = start_on(&dir, &url_from(0));
+    let two = start_on(&dir, &url_from(1));
+
+    let (status, answer) = send(&one, reqwest::Method::PUT, Some(&override_of("vip", 5)));
+    assert_eq!(status, 201, "{answer}");
+    let page = until_listed(&two, |page| page["count"] == 1);
+    assert_eq!(page["overrides"][0], override_of("vip", 5));
+    // The counter lives in the cluster too: the two together admit 5.
+    assert_eq!(admitted(&one, "vip") + admitted(&two, "vip"), 5);
+
+    let gone = json!({"entries": [{"key": "user", "value": "vip"}]});
+    assert_eq!(
+        send(&two, reqwest::Method::DELETE, Some(&gone)).1["removed"],
+        true
+    );
+    until_listed(&one, |page| page["count"] == 0);
+    // The rules again, on the rule's own counter.
+    assert_eq!(admitted(&one, "vip"), 2);
+}
