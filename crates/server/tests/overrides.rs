@@ -479,3 +479,61 @@ async fn the_dashboard_counts_and_lists_them() {
     assert_eq!(row["counts"]["allowed"], 5, "{row}");
     assert_eq!(row["counts"]["rejected"], 1, "{row}");
 }
+
+/// The metric series the exposition has (each sample's name and labels,
+/// without its value).
+async fn series(app: &App<LocalStore>) -> std::collections::BTreeSet<String> {
+    let (_, metrics) = call(app, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    metrics
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series.to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_make_the_same_series_for_ten_overrides_as_for_five_hundred() {
+    let app = app();
+    // Each override with its own limit, its own limit name and its own
+    // shadow switch, checked until refused: nothing of an override makes a
+    // label of its own.
+    let mut after_ten = None;
+    for n in 0..500u64 {
+        let user = format!("user-{n}");
+        let body = json!({
+            "entries": entries(&[("user", &user)]),
+            "rate_limit": {"unit": "minute", "requests_per_unit": 1 + n % 7, "name": format!("tier-{n}")},
+            "shadow_mode": n % 2 == 0,
+        });
+        let (status, answer) = call(&app, with_body("PUT", "/v1/overrides/api", &body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let request =
+            json!({"domain": "api", "descriptors": [{"entries": entries(&[("user", &user)])}]});
+        for _ in 0..(2 + n % 7) {
+            call(&app, with_body("POST", "/v1/check", &request)).await;
+        }
+        if n == 9 {
+            after_ten = Some(series(&app).await);
+        }
+    }
+    let after_ten = after_ten.unwrap();
+    let rules: std::collections::BTreeSet<&str> = after_ten
+        .iter()
+        .filter_map(|s| s.split("rule=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(rules, ["api._override_"].into(), "{after_ten:#?}");
+    assert_eq!(series(&app).await, after_ten);
+    // The fields that put request values in labels are not an override's.
+    let limit = json!({"unit": "minute", "requests_per_unit": 1});
+    let mut in_limit = limit.clone();
+    in_limit["value_to_metric"] = json!(true);
+    for body in [
+        json!({"entries": entries(&[("user", "x")]), "rate_limit": limit, "detailed_metric": true}),
+        json!({"entries": entries(&[("user", "x")]), "rate_limit": in_limit}),
+    ] {
+        let (status, answer) = call(&app, with_body("PUT", "/v1/overrides/api", &body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+    }
+}
