@@ -77,6 +77,9 @@
 //!   list that turns HTTP requests into descriptors (for the gateway and the
 //!   tower middleware), its schema, [`PathGlob`], and [`NetworkSet`] (the
 //!   client networks of `client_cidr`).
+//! - `route_cost`: a route's `cost:` ([`ResponseCost`]: the estimate, the
+//!   response header or trailer holding the actual cost) and `count_if:`
+//!   ([`StatusFilter`]).
 //! - [`overrides`]: [`overrides::OverrideTable`], limits set at runtime
 //!   for exact descriptors, ahead of the files.
 //! - [`check`]: the rules decision through a store, shared by every
@@ -94,6 +97,7 @@ pub mod overrides;
 mod parse;
 mod resolve;
 mod route;
+mod route_cost;
 mod route_parse;
 mod rule;
 mod ruleset;
@@ -111,6 +115,7 @@ pub use route::{
     Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
     MAX_ROUTE_TEXT,
 };
+pub use route_cost::{InvalidStatus, ResponseCost, StatusFilter, StatusPattern};
 pub use rule::{
     parse_counter_key, CounterKeyParts, PathStep, RateLimitUnit, ReportedLimit, Rule, ValueMatch,
     OVERRIDE_LABEL,

@@ -12,6 +12,7 @@ use std::net::IpAddr;
 
 use crate::glob::PathGlob;
 use crate::networks::NetworkSet;
+use crate::route_cost::{ResponseCost, StatusFilter};
 
 /// The longest header name, host or path a route may name, in bytes.
 pub const MAX_ROUTE_TEXT: usize = 1024;
@@ -38,6 +39,12 @@ pub struct Route {
     /// `on_missing` (and `on_missing_status`): what happens to a request
     /// that leaves one of the descriptors unbuilt.
     pub on_missing: OnMissing,
+    /// `cost`: the estimate a request is counted with, and where its
+    /// actual cost comes from.
+    pub cost: ResponseCost,
+    /// `count_if`: the answers a request counts for; the others are
+    /// refunded. `None`: every answer counts.
+    pub count_if: Option<StatusFilter>,
     /// The line of the route in its file.
     pub line: usize,
 }
@@ -55,6 +62,8 @@ impl Route {
             delay: 0,
             descriptors: vec![vec![Action::RemoteAddress]],
             on_missing: OnMissing::Allow,
+            cost: ResponseCost::default(),
+            count_if: None,
             line: 0,
         }
     }

@@ -13,6 +13,7 @@ use crate::route::{
     Action, HostMatch, OnMissing, PathMatch, Route, RouteMatch, DEFAULT_MISSING_STATUS,
     MAX_ROUTE_TEXT,
 };
+use crate::route_cost::{ResponseCost, StatusFilter, StatusPattern};
 use crate::yaml::{Node, Value};
 
 const ROUTE_FIELDS: &[&str] = &[
@@ -25,7 +26,11 @@ const ROUTE_FIELDS: &[&str] = &[
     "descriptors",
     "on_missing",
     "on_missing_status",
+    "cost",
+    "count_if",
 ];
+const COST_FIELDS: &[&str] = &["estimate", "from_response_header", "from_response_trailer"];
+const COUNT_IF_FIELDS: &[&str] = &["status"];
 const MATCH_FIELDS: &[&str] = &[
     "path",
     "path_prefix",
@@ -44,8 +49,10 @@ const NO_FIELDS: &[&str] = &[];
 pub(crate) fn expected_route_fields(allowed: &'static [&'static str]) -> &'static str {
     match allowed {
         a if a == ROUTE_FIELDS => {
-            "name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status"
+            "name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status, cost, count_if"
         }
+        a if a == COST_FIELDS => "estimate, from_response_header, from_response_trailer",
+        a if a == COUNT_IF_FIELDS => "status",
         a if a == MATCH_FIELDS => {
             "path, path_prefix, path_glob, methods, host, client_cidr, not_client_cidr"
         }
@@ -103,6 +110,14 @@ impl FileParser<'_> {
             }
         };
         let on_missing = self.on_missing(&f)?;
+        let cost = match f.get("cost") {
+            Some(node) => self.cost(node)?,
+            None => ResponseCost::default(),
+        };
+        let count_if = match f.get("count_if") {
+            Some(node) => Some(self.count_if(node)?),
+            None => None,
+        };
         Ok(Route {
             name,
             matcher,
@@ -112,8 +127,59 @@ impl FileParser<'_> {
             delay,
             descriptors,
             on_missing,
+            cost,
+            count_if,
             line: f.at.line,
         })
+    }
+
+    /// `cost: {estimate, from_response_header, from_response_trailer}`.
+    fn cost(&self, node: &Node) -> Result<ResponseCost> {
+        let f = self.fields(node, "cost", "a route's cost", COST_FIELDS)?;
+        let estimate = match f.get("estimate") {
+            Some(n) => self.number("estimate", n, 1, u64::MAX)?,
+            None => 1,
+        };
+        let name = |field| match f.get(field) {
+            Some(n) => self.header_name_of(field, n).map(Some),
+            None => Ok(None),
+        };
+        Ok(ResponseCost {
+            estimate,
+            header: name("from_response_header")?,
+            trailer: name("from_response_trailer")?,
+        })
+    }
+
+    /// `count_if: {status: [...]}`: codes (`429`) and classes (`5xx`).
+    fn count_if(&self, node: &Node) -> Result<StatusFilter> {
+        let f = self.fields(node, "count_if", "a route's count_if", COUNT_IF_FIELDS)?;
+        let Some(list) = f.get("status") else {
+            return Err(self.err(
+                f.at,
+                ErrorKind::MissingField {
+                    field: "status",
+                    context: "a route's count_if",
+                },
+            ));
+        };
+        let Value::Sequence(items) = &list.value else {
+            return Err(self.wrong_type("status", "a list of statuses such as [5xx, 429]", list));
+        };
+        let mut texts = Vec::with_capacity(items.len());
+        for item in items {
+            let text = self.bounded_string("status", item)?;
+            if StatusPattern::parse(&text).is_none() {
+                return Err(self.invalid(
+                    item.at,
+                    "status",
+                    crate::route_cost::InvalidStatus::Pattern(text).to_string(),
+                ));
+            }
+            texts.push(text);
+        }
+        StatusFilter::parse(texts.iter().map(String::as_str))
+            .map_err(|e| self.invalid(list.at, "status", e.to_string()))
     }
 
     /// `on_missing` (`allow` or `deny`) and `on_missing_status` (only with
@@ -413,11 +479,16 @@ impl FileParser<'_> {
 
     /// A header name: an HTTP token, stored lower-case.
     fn header_name(&self, node: &Node) -> Result<String> {
-        let name = self.bounded_string("header_name", node)?;
+        self.header_name_of("header_name", node)
+    }
+
+    /// The header name of `field`: an HTTP token, stored lower-case.
+    fn header_name_of(&self, field: &'static str, node: &Node) -> Result<String> {
+        let name = self.bounded_string(field, node)?;
         if name.is_empty() || !name.bytes().all(is_token_byte) {
             return Err(self.invalid(
                 node.at,
-                "header_name",
+                field,
                 format!("{name:?} is not an HTTP header name"),
             ));
         }

@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use tollgate_rules::{Action, HostMatch, OnMissing, PathMatch, Route, RuleSet};
+use tollgate_rules::{
+    Action, HostMatch, OnMissing, PathMatch, ResponseCost, Route, RuleSet, StatusFilter,
+};
 
 fn routes(yaml: &str) -> Vec<Route> {
     let rules = RuleSet::from_yaml(yaml, "edge.yaml").unwrap_or_else(|e| panic!("{e}"));
@@ -145,7 +147,7 @@ fn unknown_fields_and_actions_are_errors() {
     check(
         &format!("{head}  - name: a\n    colour: red\n"),
         "4:5",
-        "unknown field `colour` in a route (expected one of: name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status)",
+        "unknown field `colour` in a route (expected one of: name, match, enabled, shadow, nodelay, delay, descriptors, on_missing, on_missing_status, cost, count_if)",
     );
     check(
         &format!("{head}  - match: {{prefix: /a}}\n    descriptors: [[path]]\n"),
@@ -386,5 +388,70 @@ fn client_cidr_errors_name_the_bad_entry() {
         &format!("{head}      client_cidrs: [10.0.0.0/8]\n"),
         "5:7",
         "unknown field `client_cidrs` in a route's match (expected one of: path, path_prefix, path_glob, methods, host, client_cidr, not_client_cidr)",
+    );
+}
+
+#[test]
+fn cost_and_count_if_parse_with_their_defaults() {
+    let r = routes(
+        "domain: edge\nroutes:\n  - name: llm\n    cost: {estimate: 500, from_response_header: X-Tokens-Used}\n    count_if: {status: [\"5xx\", 429, 200]}\n    descriptors: [[api_key]]\n  - name: stream\n    cost: {from_response_trailer: x-tokens-used}\n    descriptors: [[api_key]]\n  - descriptors: [[api_key]]\ndescriptors: []\n",
+    );
+    assert_eq!(
+        r[0].cost,
+        ResponseCost::from_header("x-tokens-used").with_estimate(500)
+    );
+    assert_eq!(
+        r[0].count_if,
+        Some(StatusFilter::parse(["5xx", "429", "200"]).unwrap())
+    );
+    assert_eq!(r[1].cost, ResponseCost::from_trailer("x-tokens-used"));
+    assert_eq!(r[1].count_if, None);
+    assert_eq!(r[2].cost, ResponseCost::default());
+    assert_eq!(r[2].cost.estimate, 1);
+}
+
+#[test]
+fn cost_and_count_if_errors_name_their_place() {
+    let head = "domain: edge\nroutes:\n  - descriptors: [[api_key]]\n";
+    check(
+        &format!("{head}    cost: {{from_header: x-tokens-used}}\n"),
+        "4:12",
+        "unknown field `from_header` in a route's cost (expected one of: estimate, from_response_header, from_response_trailer)",
+    );
+    check(
+        &format!("{head}    cost: {{estimate: 0}}\n"),
+        "4:22",
+        "estimate",
+    );
+    check(
+        &format!("{head}    cost: {{from_response_header: \"x tokens\"}}\n"),
+        "4:34",
+        "`from_response_header`: \"x tokens\" is not an HTTP header name",
+    );
+    check(&format!("{head}    cost: 5\n"), "4:11", "cost");
+    check(
+        &format!("{head}    count_if: {{status: [5xx, 6xx]}}\n"),
+        "4:30",
+        "`status`: \"6xx\" is not a status: give a code from 100 to 599 (429) or a class (5xx)",
+    );
+    check(
+        &format!("{head}    count_if: {{status: [2000]}}\n"),
+        "4:25",
+        "\"2000\" is not a status",
+    );
+    check(
+        &format!("{head}    count_if: {{status: []}}\n"),
+        "4:24",
+        "`status`: must list at least one status",
+    );
+    check(
+        &format!("{head}    count_if: {{codes: [500]}}\n"),
+        "4:16",
+        "unknown field `codes` in a route's count_if (expected one of: status)",
+    );
+    check(
+        &format!("{head}    count_if: {{}}\n"),
+        "4:15",
+        "missing field `status`",
     );
 }

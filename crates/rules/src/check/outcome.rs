@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tollgate_core::policy::QuotaPolicy;
 use tollgate_core::time::duration_to_secs_ceil;
-use tollgate_core::{Decision, Limit};
+use tollgate_core::{AlgorithmName, Decision, Limit};
 
 use super::Plan;
 use crate::rule::Rule;
@@ -229,6 +229,41 @@ impl<'r> Outcome<'r> {
             .flatten()
             .flat_map(DescriptorOutcome::applied)
             .collect()
+    }
+
+    /// The limits that counted the request's cost, with their store keys:
+    /// every admitting decision of a counted rule (shadow and quota rules
+    /// included: they count on their own), except when a deny-all rule
+    /// left the ordinary rules peeked, and except decisions a failure
+    /// policy answered (nothing, or only this process's memory, counted
+    /// them). `concurrency` limits are left out: a lease is released, not
+    /// settled. What a settle of the request's actual cost goes to.
+    pub fn counted(&self) -> impl Iterator<Item = (&'r Limit, &[u8])> + '_ {
+        let peeked = self
+            .descriptors
+            .iter()
+            .flatten()
+            .any(|d| d.rule.denies_all() && !d.rule.shadow_mode() && !d.quota);
+        self.descriptors
+            .iter()
+            .flatten()
+            .filter(move |d| {
+                !d.rule.unlimited()
+                    && !d.rule.denies_all()
+                    && (!peeked || d.rule.shadow_mode() || d.quota)
+            })
+            .flat_map(|d| {
+                let rule: &'r Rule = d.rule;
+                rule.limits()
+                    .iter()
+                    .zip(&d.decisions)
+                    .filter(|(limit, decision)| {
+                        decision.allowed
+                            && !decision.degraded
+                            && limit.algorithm != AlgorithmName::Concurrency
+                    })
+                    .map(|(limit, _)| (limit, d.key.as_slice()))
+            })
     }
 
     /// The enforced rule that rejected the request (the one with the
