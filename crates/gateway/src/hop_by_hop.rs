@@ -33,6 +33,17 @@ pub(crate) enum Upgrade {
     Keep,
 }
 
+/// Asks the upstream for trailers: `TE: trailers`, named in `Connection`
+/// as RFC 9110 §10.1.4 wants (on headers already stripped of the client's
+/// hop-by-hop fields).
+pub(crate) fn ask_trailers(headers: &mut HeaderMap) {
+    headers.insert(
+        HeaderName::from_static("te"),
+        HeaderValue::from_static("trailers"),
+    );
+    headers.insert(CONNECTION, HeaderValue::from_static("te"));
+}
+
 /// Whether `headers` ask for a protocol upgrade: `Connection` lists the
 /// `upgrade` token and `Upgrade` names a protocol.
 pub(crate) fn asks_upgrade(headers: &HeaderMap) -> bool {

@@ -27,7 +27,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
-use tollgate_tower::PeerAddr;
+use tollgate_tower::{PeerAddr, TrailersWanted};
 
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
@@ -181,6 +181,11 @@ where
             Upgrade::Remove
         };
         hop_by_hop::strip(&mut parts.headers, upgrade);
+        if !upgrading && parts.extensions.get::<TrailersWanted>().is_some() {
+            // The rate-limiting layer reads a trailer of the answer, which
+            // an HTTP/1.1 upstream sends only when asked.
+            hop_by_hop::ask_trailers(&mut parts.headers);
+        }
         forwarded::add(&mut parts.headers, peer, host);
         parts.uri = self.inner.upstream.target(&parts.uri)?;
         // The upstream is spoken to in HTTP/1.1 whatever the client spoke.

@@ -156,6 +156,7 @@ pub struct Metrics {
     snapshots: Family<ResultLabels, Counter>,
     snapshot_loads: Family<ResultLabels, Counter>,
     store_errors: Counter,
+    response_costs: Family<ResultLabels, Counter>,
     memory_used: Gauge,
     memory_unstored: Counter,
     sync: SyncMetrics,
@@ -340,6 +341,7 @@ impl Metrics {
             snapshots: Family::default(),
             snapshot_loads: Family::default(),
             store_errors: Counter::default(),
+            response_costs: Family::default(),
             memory_used: Gauge::default(),
             memory_unstored: Counter::default(),
             sync: SyncMetrics::default(),
@@ -415,6 +417,11 @@ impl Metrics {
             "store_errors",
             "Store operations that failed",
             metrics.store_errors.clone(),
+        );
+        registry.register(
+            "response_costs",
+            "Costs read from responses (a gateway route's cost or count_if), by result: settled, uncounted (refunded by count_if), missing, invalid, aborted, unsupported (the store does not settle), failed; all but settled and uncounted leave the estimate standing",
+            metrics.response_costs.clone(),
         );
         registry.register(
             "redis_engine",
@@ -791,6 +798,14 @@ impl Metrics {
     /// Counts the snapshot load at start: `ok`, `missing` or `failed`.
     pub fn snapshot_loaded(&self, result: &'static str) {
         self.snapshot_loads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// Counts a cost read from a response, by its result (see
+    /// `tollgate_tower::CostOutcome::as_str`).
+    pub fn response_cost(&self, result: &'static str) {
+        self.response_costs
             .get_or_create(&ResultLabels { result })
             .inc();
     }

@@ -3,12 +3,13 @@
 //! service's (`tollgate_requests_total{domain, rule}` and the rest), with
 //! their latency under `route="gateway"`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::{Decision, StoreError};
 use tollgate_rules::check::Outcome;
-use tollgate_tower::Observer;
+use tollgate_tower::{CostOutcome, Observer};
 
 use crate::metrics::{Metrics, Verdict};
 
@@ -16,12 +17,17 @@ use crate::metrics::{Metrics, Verdict};
 #[derive(Clone)]
 pub struct MetricsObserver {
     metrics: Arc<Metrics>,
+    /// Whether the store's refusal to settle has been logged.
+    settle_unsupported_logged: Arc<AtomicBool>,
 }
 
 impl MetricsObserver {
     /// Counting into `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        MetricsObserver { metrics }
+        MetricsObserver {
+            metrics,
+            settle_unsupported_logged: Arc::default(),
+        }
     }
 }
 
@@ -55,6 +61,17 @@ impl Observer for MetricsObserver {
         let verdict = Verdict::of(decision, shadow);
         self.metrics.count("", name, None, decision, verdict);
         self.metrics.observe_latency("gateway", took);
+    }
+
+    fn cost_settled(&self, outcome: CostOutcome) {
+        self.metrics.response_cost(outcome.as_str());
+        if outcome == CostOutcome::Unsupported
+            && !self.settle_unsupported_logged.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "this store does not settle costs read from responses: each request's estimate stands (counted in tollgate_response_costs_total{{result=\"unsupported\"}})"
+            );
+        }
     }
 
     fn store_failed(&self, error: &StoreError) {

@@ -1,23 +1,28 @@
 //! [`RateLimitBody`]: the body of every response that passes through the
 //! middleware — the inner service's body, holding the request's
-//! `concurrency` leases until it ends, or the problem+json body of a `429`
-//! or `503` the middleware answered itself.
+//! `concurrency` leases and its cost still to settle (a trailer's) until it
+//! ends, or the problem+json body of a `429` or `503` the middleware
+//! answered itself.
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::cost::{BodyCharge, Settling};
 use crate::lease::{Leases, Releasing};
 
 pin_project! {
     /// A response body from [`RateLimitService`](crate::RateLimitService).
     ///
-    /// Wrapping the inner body: when it ends, the request's leases are
-    /// released before the end is reported; when it fails or is dropped
-    /// before its end (the client went away), they are released too.
+    /// Wrapping the inner body: when it ends, the request's cost is
+    /// settled (from a trailer) and its leases are released before the end
+    /// is reported; when it fails or is dropped before its end (the client
+    /// went away), the leases are released too, and the cost settled with
+    /// what is known (see `cost`).
     #[derive(Debug)]
     pub struct RateLimitBody<B> {
         #[pin]
@@ -32,7 +37,12 @@ pin_project! {
             #[pin]
             body: B,
             leases: Option<Leases>,
-            releasing: Option<Releasing>,
+            charge: Option<BodyCharge>,
+            // Settling the cost, then releasing the leases, once the inner
+            // body has ended; or settling the cost from the trailers,
+            // which are held until it is done.
+            finishing: Option<Releasing>,
+            held: Option<HeaderMap>,
         },
         Problem {
             data: Option<Bytes>,
@@ -43,10 +53,16 @@ pin_project! {
 impl<B: std::fmt::Debug> std::fmt::Debug for Kind<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Kind::Inner { body, leases, .. } => f
+            Kind::Inner {
+                body,
+                leases,
+                charge,
+                ..
+            } => f
                 .debug_struct("Inner")
                 .field("body", body)
                 .field("leases", leases)
+                .field("charge", charge)
                 .finish(),
             Kind::Problem { data } => f.debug_struct("Problem").field("data", data).finish(),
         }
@@ -54,13 +70,20 @@ impl<B: std::fmt::Debug> std::fmt::Debug for Kind<B> {
 }
 
 impl<B> RateLimitBody<B> {
-    /// The inner service's body, holding `leases` until it ends.
-    pub(crate) fn inner(body: B, leases: Option<Leases>) -> RateLimitBody<B> {
+    /// The inner service's body, holding `leases` and `charge` until it
+    /// ends.
+    pub(crate) fn inner(
+        body: B,
+        leases: Option<Leases>,
+        charge: Option<BodyCharge>,
+    ) -> RateLimitBody<B> {
         RateLimitBody {
             kind: Kind::Inner {
                 body,
                 leases,
-                releasing: None,
+                charge,
+                finishing: None,
+                held: None,
             },
         }
     }
@@ -86,27 +109,57 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
             KindProj::Inner {
                 body,
                 leases,
-                releasing,
+                charge,
+                finishing,
+                held,
             } => {
-                if let Some(release) = releasing {
-                    ready!(release.as_mut().poll(cx));
-                    *releasing = None;
-                    return Poll::Ready(None);
+                if let Some(finish) = finishing {
+                    ready!(finish.as_mut().poll(cx));
+                    *finishing = None;
+                    return Poll::Ready(held.take().map(|t| Ok(Frame::trailers(t))));
                 }
                 match ready!(body.poll_frame(cx)) {
-                    Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+                    Some(Ok(frame)) => {
+                        // Trailers are the body's last frame, and a server
+                        // may not poll past them: the cost is settled
+                        // before they go on.
+                        let settle = match (charge.take(), frame.trailers_ref()) {
+                            (Some(mut charge), Some(trailers)) => {
+                                charge.trailers(trailers);
+                                charge.end()
+                            }
+                            (taken, _) => {
+                                *charge = taken;
+                                None
+                            }
+                        };
+                        if let Some(settle) = settle {
+                            let mut finish = finish(Some(settle), None);
+                            if finish.as_mut().poll(cx).is_pending() {
+                                *held = frame.into_trailers().ok();
+                                *finishing = Some(finish);
+                                return Poll::Pending;
+                            }
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
                     Some(Err(error)) => {
-                        // Dropping them spawns the release.
+                        // Dropping them spawns the release, and settles
+                        // what is known.
                         leases.take();
+                        charge.take();
                         Poll::Ready(Some(Err(error)))
                     }
                     None => {
-                        if let Some(held) = leases.take() {
-                            let mut release = held.release();
-                            if release.as_mut().poll(cx).is_pending() {
-                                *releasing = Some(release);
-                                return Poll::Pending;
-                            }
+                        let settle = charge.take().and_then(BodyCharge::end);
+                        let release = leases.take().map(Leases::release);
+                        if settle.is_none() && release.is_none() {
+                            return Poll::Ready(None);
+                        }
+                        let mut finish = finish(settle, release);
+                        if finish.as_mut().poll(cx).is_pending() {
+                            *finishing = Some(finish);
+                            return Poll::Pending;
                         }
                         Poll::Ready(None)
                     }
@@ -117,13 +170,21 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            // Not ended while leases are held: the poll that sees the end
-            // releases them.
+            // Not ended while leases are held or a cost is to settle: the
+            // poll that sees the end settles and releases them.
             Kind::Inner {
                 body,
                 leases,
-                releasing,
-            } => body.is_end_stream() && leases.is_none() && releasing.is_none(),
+                charge,
+                finishing,
+                held,
+            } => {
+                body.is_end_stream()
+                    && leases.is_none()
+                    && charge.is_none()
+                    && finishing.is_none()
+                    && held.is_none()
+            }
             Kind::Problem { data } => data.is_none(),
         }
     }
@@ -136,4 +197,16 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
             }
         }
     }
+}
+
+/// The settle, then the release, as one future.
+fn finish(settle: Option<Settling>, release: Option<Releasing>) -> Releasing {
+    Box::pin(async move {
+        if let Some(settle) = settle {
+            settle.await;
+        }
+        if let Some(release) = release {
+            release.await;
+        }
+    })
 }

@@ -9,12 +9,13 @@ use std::cell::OnceCell;
 use std::time::Instant;
 
 use http::request::Parts;
-use tollgate_core::{LimitKey, Moment, Store};
+use tollgate_core::{AlgorithmName, LimitKey, Moment, Store};
 use tollgate_rules::check::Plan;
 use tollgate_rules::overrides::Found;
 use tollgate_rules::{Action, OnMissing, RuleSet};
 
 use crate::client_ip::client_ip;
+use crate::cost::{ChargePlan, Counted};
 use crate::descriptors::RequestView;
 use crate::inline::{InlinePolicy, INLINE_KEY_PREFIX};
 use crate::route;
@@ -100,10 +101,21 @@ pub(crate) async fn by_rules<'r, St: Store>(
         Plan::new_with(domain, &built.descriptors, found, shadow)
             .with_global_quota(shared.settings.quota_mode)
     };
-    let outcome = match plan.check(&*shared.store, Moment::Now, 1).await {
+    let charging = route.cost.settles() || route.count_if.is_some();
+    let admitted_at = admission(shared, charging).await;
+    let estimate = route.cost.estimate;
+    let outcome = match plan.check(&*shared.store, Moment::Now, estimate).await {
         Ok(outcome) => outcome,
         Err(error) => return unavailable(shared, &error),
     };
+    let counted = (charging && outcome.allowed).then(|| Counted {
+        limits: outcome
+            .counted()
+            .map(|(limit, key)| (*limit, key.to_vec()))
+            .collect(),
+        admitted_at,
+        estimate,
+    });
     if let (Some(observer), Some(started)) = (&shared.observer, started) {
         observer.rules_decided(
             domain_name,
@@ -116,7 +128,25 @@ pub(crate) async fn by_rules<'r, St: Store>(
         nodelay: route.nodelay,
         delay: route.delay,
     };
-    Step::Ruled(Ruling::of_rules(outcome, shaping, shadow))
+    let mut ruling = Ruling::of_rules(outcome, shaping, shadow);
+    ruling.charge = counted.filter(|c| !c.limits.is_empty()).map(|counted| {
+        Box::new(ChargePlan {
+            cost: &route.cost,
+            count_if: route.count_if.as_ref(),
+            counted,
+        })
+    });
+    Step::Ruled(ruling)
+}
+
+/// The store's time just before a check whose cost may be settled (so at
+/// or before the admission's instant); `None` when nothing will be
+/// settled, or the store cannot tell.
+async fn admission<St: Store>(shared: &Shared<St>, charging: bool) -> Option<u64> {
+    if !charging || !shared.settles() {
+        return None;
+    }
+    shared.store.now().await.ok()
 }
 
 /// Decides a request by an inline limit.
@@ -137,22 +167,41 @@ pub(crate) async fn by_inline<'r, St: Store>(
         limit: &inline.limit,
         key: &key,
     };
-    let decision = match shared.store.check_one(request, Moment::Now, 1).await {
+    let charging = inline.cost.settles() || inline.count_if.is_some();
+    let admitted_at = admission(shared, charging).await;
+    let estimate = inline.cost.estimate;
+    let decision = match shared.store.check_one(request, Moment::Now, estimate).await {
         Ok(decision) => decision,
         Err(error) => return unavailable(shared, &error),
     };
+    let counts = decision.allowed
+        && !decision.degraded
+        && inline.limit.algorithm != AlgorithmName::Concurrency;
+    let charge = (charging && counts).then(|| {
+        Box::new(ChargePlan {
+            cost: &inline.cost,
+            count_if: inline.count_if.as_ref(),
+            counted: Counted {
+                limits: vec![(inline.limit, key.clone())],
+                admitted_at,
+                estimate,
+            },
+        })
+    });
     let shadow = shared.settings.shadow;
     if let (Some(observer), Some(started)) = (&shared.observer, started) {
         observer.inline_decided(&inline.name, &decision, shadow, started.elapsed());
     }
-    Step::Ruled(Ruling::of_inline(
+    let mut ruling = Ruling::of_inline(
         &inline.limit,
         &inline.name,
         key,
         decision,
         inline.shaping,
         shadow,
-    ))
+    );
+    ruling.charge = charge;
+    Step::Ruled(ruling)
 }
 
 fn unavailable<St>(shared: &Shared<St>, error: &tollgate_core::StoreError) -> Step<'static> {

@@ -18,6 +18,7 @@ use tollgate_rules::overrides::Found;
 use tower::{Service, ServiceExt};
 
 use crate::body::RateLimitBody;
+use crate::cost::{AtHead, CostOutcome, Settler, TrailersWanted};
 use crate::decide::{self, Step};
 use crate::headers::add_rate_limit_headers;
 use crate::lease::{Leases, Releaser};
@@ -68,7 +69,7 @@ where
     S::Future: Send,
     St: Store,
 {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     // The rules in force when the request arrived, kept until its response
     // is built (the ruling borrows them): a reload swaps the handle, not
     // these.
@@ -90,7 +91,7 @@ where
         Step::Ruled(ruling) => ruling,
         Step::Forward => {
             let response = inner.oneshot(Request::from_parts(parts, body)).await?;
-            return Ok(response.map(|b| RateLimitBody::inner(b, None)));
+            return Ok(response.map(|b| RateLimitBody::inner(b, None, None)));
         }
         Step::Unavailable => return Ok(problem::store_unavailable().map(RateLimitBody::problem)),
         Step::KeyMissing { status, route } => {
@@ -104,6 +105,7 @@ where
         top,
         hold,
         leases,
+        charge,
     } = ruling;
     let leases = if leases.is_empty() {
         None
@@ -123,18 +125,37 @@ where
     if !hold.is_zero() {
         tokio::time::sleep(hold).await;
     }
+    if charge.as_ref().is_some_and(|c| c.cost.at_body_end()) {
+        parts.extensions.insert(TrailersWanted);
+    }
     match inner.oneshot(Request::from_parts(parts, body)).await {
         Ok(response) => {
             let (mut head, body) = response.into_parts();
+            let mut at_end = None;
+            if let Some(charge) = charge {
+                let settler = Arc::clone(&shared) as Arc<dyn Settler>;
+                match charge.at_head(head.status.as_u16(), &head.headers, Arc::clone(&settler)) {
+                    AtHead::Done => {}
+                    // Before the head goes on: the client's next request
+                    // sees the charge or the refund.
+                    AtHead::Settle(counted, actual, outcome) => {
+                        settler.settle(counted, actual, outcome).await;
+                    }
+                    AtHead::AtEnd(body_charge) => at_end = Some(body_charge),
+                }
+            }
             if shared.settings.headers {
                 add_rate_limit_headers(&mut head.headers, &applied, top.as_ref(), false);
             }
             Ok(Response::from_parts(
                 head,
-                RateLimitBody::inner(body, leases),
+                RateLimitBody::inner(body, leases, at_end),
             ))
         }
         Err(error) => {
+            if charge.is_some() {
+                Settler::report(&*shared, CostOutcome::Aborted);
+            }
             if let Some(leases) = leases {
                 leases.release().await;
             }

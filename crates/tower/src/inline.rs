@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use http::request::Parts;
 use tollgate_core::Limit;
-use tollgate_rules::Action;
+use tollgate_rules::{Action, ResponseCost, StatusFilter};
 
 use crate::descriptors::{write_key, IpText, RequestView, DEFAULT_MAX_VALUE_BYTES};
 use crate::shaping::Shaping;
@@ -85,6 +85,8 @@ pub(crate) struct InlinePolicy {
     pub(crate) name: String,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) shaping: Shaping,
+    pub(crate) cost: ResponseCost,
+    pub(crate) count_if: Option<StatusFilter>,
 }
 
 impl InlinePolicy {
@@ -96,6 +98,8 @@ impl InlinePolicy {
             name: limit.to_string(),
             key,
             shaping: Shaping::default(),
+            cost: ResponseCost::default(),
+            count_if: None,
         }
     }
 }
@@ -105,6 +109,8 @@ impl std::fmt::Debug for InlinePolicy {
         f.debug_struct("InlinePolicy")
             .field("limit", &self.limit)
             .field("shaping", &self.shaping)
+            .field("cost", &self.cost)
+            .field("count_if", &self.count_if)
             .finish_non_exhaustive()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate_core::{Limit, Store};
 use tollgate_rules::overrides::OverrideTable;
-use tollgate_rules::RuleSet;
+use tollgate_rules::{ResponseCost, RuleSet, StatusFilter};
 use tower::Layer;
 
 use crate::client_ip::TrustedProxies;
@@ -72,7 +72,7 @@ impl<St: Store> RateLimitLayer<St> {
     pub fn inline(store: St, limit: Limit, key: impl KeyExtractor) -> Self {
         Self::with_policy(
             store,
-            Policy::Inline(InlinePolicy::new(limit, Arc::new(key))),
+            Policy::Inline(Box::new(InlinePolicy::new(limit, Arc::new(key)))),
         )
     }
 
@@ -85,6 +85,7 @@ impl<St: Store> RateLimitLayer<St> {
                 settings: Settings::default(),
                 observer: None,
                 overrides: None,
+                settle_unsupported: Arc::default(),
             }),
         }
     }
@@ -124,6 +125,25 @@ impl<St: Store> RateLimitLayer<St> {
     pub fn with_shaping(mut self, shaping: Shaping) -> Self {
         if let Policy::Inline(inline) = &mut Arc::make_mut(&mut self.shared).policy {
             inline.shaping = shaping;
+        }
+        self
+    }
+
+    /// What a request of an inline limit costs: its estimate, and the
+    /// response header or trailer holding its actual cost (as a route's
+    /// `cost:` says for rules; see `docs/middleware.md`).
+    pub fn with_response_cost(mut self, cost: ResponseCost) -> Self {
+        if let Policy::Inline(inline) = &mut Arc::make_mut(&mut self.shared).policy {
+            inline.cost = cost;
+        }
+        self
+    }
+
+    /// Counts a request of an inline limit only when its answer's status
+    /// matches `filter`, refunding the others (a route's `count_if:`).
+    pub fn with_count_if(mut self, filter: StatusFilter) -> Self {
+        if let Policy::Inline(inline) = &mut Arc::make_mut(&mut self.shared).policy {
+            inline.count_if = Some(filter);
         }
         self
     }

@@ -20,6 +20,10 @@
 //!   `limit_req`, with `nodelay` and `delay=N`: [`Shaping`]);
 //! - **concurrency**: `concurrency` limits hold a lease until the response
 //!   body ends, the service fails, or the client goes away;
+//! - **costs from the response**: a route's `cost:` checks a request with
+//!   an estimate and settles its actual cost from a response header or
+//!   trailer, and `count_if:` refunds answers whose status does not count
+//!   ([`CostOutcome`], [`TrailersWanted`]);
 //! - **shadow** mode (global or per route) decides and reports through an
 //!   [`Observer`], and never rejects;
 //! - **runtime overrides**: with a shared table
@@ -79,6 +83,7 @@
 //!   headers, leases).
 //! - `body`: [`RateLimitBody`], which holds leases until the body ends.
 //! - `lease`: releasing `concurrency` leases, also from `Drop`.
+//! - `cost`: settling a request's actual cost from its response.
 //! - `route`, `descriptors`: a request's route and descriptors.
 //! - `client_ip`, `forwarded`: the client IP and the forwarding headers.
 //! - `shaping`: [`Shaping`] (nodelay, delay=N).
@@ -89,6 +94,7 @@
 
 mod body;
 mod client_ip;
+mod cost;
 mod decide;
 mod descriptors;
 mod forwarded;
@@ -110,6 +116,7 @@ use std::net::SocketAddr;
 
 pub use body::RateLimitBody;
 pub use client_ip::{client_ip, peer_addr, ForwardedHeader, InvalidCidr, TrustedProxies, MAX_HOPS};
+pub use cost::{CostOutcome, TrailersWanted};
 pub use descriptors::DEFAULT_MAX_VALUE_BYTES;
 pub use future::ResponseFuture;
 pub use grouping::{AddressGrouping, GroupingError, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};

@@ -7,6 +7,8 @@ use std::time::Duration;
 use tollgate_core::{Decision, StoreError};
 use tollgate_rules::check::Outcome;
 
+use crate::cost::CostOutcome;
+
 /// Hears the middleware's decisions. Every method has an empty default;
 /// they run on the request's task, so they should be quick (count, don't
 /// block).
@@ -64,6 +66,13 @@ pub trait Observer: Send + Sync + 'static {
     /// lease is left to expire (for a release).
     fn store_failed(&self, error: &StoreError) {
         let _ = error;
+    }
+
+    /// A request's actual cost, read from its response (a route's `cost:`
+    /// or `count_if:`), was settled, or could not be and the estimate
+    /// stands: how it went. Heard once per settled request.
+    fn cost_settled(&self, outcome: CostOutcome) {
+        let _ = outcome;
     }
 }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tollgate_core::{Decision, Limit};
 use tollgate_rules::check::{AppliedLimit, Outcome};
 
+use crate::cost::ChargePlan;
 use crate::lease::Lease;
 use crate::shaping::Shaping;
 
@@ -38,6 +39,9 @@ pub(crate) struct Ruling<'r> {
     pub(crate) hold: Duration,
     /// The leases it holds.
     pub(crate) leases: Vec<Lease>,
+    /// How its actual cost is settled, when its route reads it from the
+    /// response or counts only some answers (set by the decision).
+    pub(crate) charge: Option<Box<ChargePlan<'r>>>,
 }
 
 impl<'r> Ruling<'r> {
@@ -55,6 +59,7 @@ impl<'r> Ruling<'r> {
             top: None,
             hold: Duration::ZERO,
             leases: Vec::new(),
+            charge: None,
         };
         let quotas_exhausted = outcome.quotas_exhausted;
         for d in outcome.descriptors.into_iter().flatten() {
@@ -118,6 +123,7 @@ impl<'r> Ruling<'r> {
                 })
                 .into_iter()
                 .collect(),
+            charge: None,
         }
     }
 }

@@ -1,18 +1,20 @@
 //! [`RateLimitService`]: the service [`RateLimitLayer`](crate::RateLimitLayer)
 //! wraps around an HTTP service, and the state its requests share.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
 use http::{Request, Response};
-use tollgate_core::{LimitKey, Store};
+use tollgate_core::{LimitKey, Moment, Store, StoreError};
 use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::RuleSet;
 use tower::Service;
 
 use crate::body::RateLimitBody;
 use crate::client_ip::TrustedProxies;
+use crate::cost::{CostOutcome, Counted, Settler, Settling};
 use crate::future::{respond, ResponseFuture};
 use crate::inline::InlinePolicy;
 use crate::lease::{Lease, Releaser, Releasing};
@@ -27,7 +29,7 @@ pub(crate) enum Policy {
         rules: Arc<ArcSwap<RuleSet>>,
         domain: String,
     },
-    Inline(InlinePolicy),
+    Inline(Box<InlinePolicy>),
 }
 
 /// Everything a request needs besides the inner service; one `Arc` clone
@@ -41,6 +43,9 @@ pub(crate) struct Shared<St> {
     /// Runtime overrides, when the layer was given a table: they take
     /// precedence over the rules for their exact descriptors.
     pub(crate) overrides: Option<Arc<OverrideTable>>,
+    /// Set once the store has answered that it does not settle: later
+    /// requests neither ask it nor read its clock for settling.
+    pub(crate) settle_unsupported: Arc<AtomicBool>,
 }
 
 impl<St> Clone for Shared<St> {
@@ -52,7 +57,70 @@ impl<St> Clone for Shared<St> {
             settings: self.settings,
             observer: self.observer.clone(),
             overrides: self.overrides.clone(),
+            settle_unsupported: Arc::clone(&self.settle_unsupported),
         }
+    }
+}
+
+impl<St> Shared<St> {
+    /// Whether a request's cost can be settled through the store (as far
+    /// as is known).
+    pub(crate) fn settles(&self) -> bool {
+        !self.settle_unsupported.load(Ordering::Relaxed)
+    }
+}
+
+impl<St: Store> Settler for Shared<St> {
+    fn settle(self: Arc<Self>, counted: Counted, actual: u64, outcome: CostOutcome) -> Settling {
+        Box::pin(async move {
+            let outcome = self.settle_counted(&counted, actual, outcome).await;
+            self.report(outcome);
+        })
+    }
+
+    fn report(&self, outcome: CostOutcome) {
+        if let Some(observer) = &self.observer {
+            observer.cost_settled(outcome);
+        }
+    }
+}
+
+impl<St: Store> Shared<St> {
+    /// Settles every counted limit; `outcome` when the store took them.
+    async fn settle_counted(
+        &self,
+        counted: &Counted,
+        actual: u64,
+        outcome: CostOutcome,
+    ) -> CostOutcome {
+        if !self.settles() {
+            return CostOutcome::Unsupported;
+        }
+        let Some(admitted_at) = counted.admitted_at else {
+            return CostOutcome::Failed;
+        };
+        let mut result = outcome;
+        for (limit, key) in &counted.limits {
+            let request = LimitKey { limit, key };
+            match self
+                .store
+                .settle(request, admitted_at, Moment::Now, counted.estimate, actual)
+                .await
+            {
+                Ok(_) => {}
+                Err(StoreError::Unsupported(_)) => {
+                    self.settle_unsupported.store(true, Ordering::Relaxed);
+                    return CostOutcome::Unsupported;
+                }
+                Err(error) => {
+                    if let Some(observer) = &self.observer {
+                        observer.store_failed(&error);
+                    }
+                    result = CostOutcome::Failed;
+                }
+            }
+        }
+        result
     }
 }
 

@@ -17,6 +17,13 @@
 //! - `/truncate`: promises 1000 bytes, sends 100, and breaks the connection
 //!   after [`Upstream::release`] (so the test sees the head first).
 //! - `/ws`: a WebSocket echo server.
+//! - `/tokens…?used=N[&status=S]`: answers `tokens` with
+//!   `x-tokens-used: N` (no such header without `used`, the value as given
+//!   otherwise).
+//! - `/tokens…?stream=1&used=N`: a chunked body (`tok`, then `ens` after
+//!   [`Upstream::release`]) ending with the trailer `x-tokens-used: N`,
+//!   declared in `Trailer` (sent when the request says `TE: trailers`);
+//!   reports [`Event::FirstSent`] after the first chunk.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -206,6 +213,12 @@ async fn route(shared: Shared, request: Request<Incoming>) -> Result<Answer, Inf
         truncate(&shared)
     } else if path == "/ws" {
         websocket(request)
+    } else if path.starts_with("/tokens") {
+        if query_param(&request, "stream").is_some() {
+            tokens_stream(&shared, &request)
+        } else {
+            tokens(&request)
+        }
     } else {
         let mut answer = Response::new(TestBody::full("no such route"));
         *answer.status_mut() = StatusCode::NOT_FOUND;
@@ -299,6 +312,52 @@ fn hold(shared: &Shared) -> Answer {
     Response::new(body)
 }
 
+/// The value of `name` in the query of `request`.
+fn query_param(request: &Request<Incoming>, name: &str) -> Option<String> {
+    request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_owned)
+    })
+}
+
+fn tokens(request: &Request<Incoming>) -> Answer {
+    let mut answer = Response::new(TestBody::full("tokens"));
+    if let Some(used) = query_param(request, "used") {
+        answer
+            .headers_mut()
+            .insert("x-tokens-used", used.parse().unwrap());
+    }
+    if let Some(status) = query_param(request, "status") {
+        *answer.status_mut() = StatusCode::from_u16(status.parse().unwrap()).unwrap();
+    }
+    answer
+}
+
+fn tokens_stream(shared: &Shared, request: &Request<Incoming>) -> Answer {
+    let used = query_param(request, "used").unwrap_or_default();
+    let (body, sender) = TestBody::frames();
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        sender
+            .send(Frame::data(Bytes::from_static(b"tok")))
+            .await
+            .unwrap();
+        shared.events.send(Event::FirstSent).unwrap();
+        let mut released = shared.released.clone();
+        let _ = released.wait_for(|&r| r).await;
+        let _ = sender.send(Frame::data(Bytes::from_static(b"ens"))).await;
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-tokens-used", used.parse().unwrap());
+        let _ = sender.send(Frame::trailers(trailers)).await;
+    });
+    let mut answer = Response::new(body);
+    answer
+        .headers_mut()
+        .insert("trailer", HeaderValue::from_static("x-tokens-used"));
+    answer
+}
+
 fn truncate(shared: &Shared) -> Answer {
     let (body, sender) = TestBody::channel();
     let mut released = shared.released.clone();
@@ -362,6 +421,7 @@ enum Kind {
     Full(Option<Bytes>),
     Repeat { left: u64, chunk: Bytes },
     Channel(mpsc::Receiver<io::Result<Bytes>>),
+    Frames(mpsc::Receiver<Frame<Bytes>>),
 }
 
 impl TestBody {
@@ -387,6 +447,18 @@ impl TestBody {
                 chunk: Bytes::from(vec![b'.'; CHUNK]),
             },
         }
+    }
+
+    /// A body whose frames, data and trailers, are sent on the returned
+    /// channel.
+    pub(crate) fn frames() -> (TestBody, mpsc::Sender<Frame<Bytes>>) {
+        let (sender, receiver) = mpsc::channel(1);
+        (
+            TestBody {
+                kind: Kind::Frames(receiver),
+            },
+            sender,
+        )
     }
 
     /// A body whose frames are sent on the returned channel; an `Err` breaks
@@ -423,6 +495,7 @@ impl Body for TestBody {
             Kind::Channel(receiver) => receiver
                 .poll_recv(cx)
                 .map(|item| item.map(|chunk| chunk.map(Frame::data))),
+            Kind::Frames(receiver) => receiver.poll_recv(cx).map(|item| item.map(Ok)),
         }
     }
 
@@ -430,7 +503,7 @@ impl Body for TestBody {
         match &self.kind {
             Kind::Full(bytes) => bytes.is_none(),
             Kind::Repeat { left, .. } => *left == 0,
-            Kind::Channel(_) => false,
+            Kind::Channel(_) | Kind::Frames(_) => false,
         }
     }
 
@@ -438,7 +511,7 @@ impl Body for TestBody {
         match &self.kind {
             Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Repeat { left, .. } => SizeHint::with_exact(*left),
-            Kind::Channel(_) => SizeHint::default(),
+            Kind::Channel(_) | Kind::Frames(_) => SizeHint::default(),
         }
     }
 }
