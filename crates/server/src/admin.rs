@@ -23,13 +23,12 @@ use tollgate_rules::RuleSet;
 use crate::dashboard::peek::PeekBody;
 use crate::dashboard::{self, page, DashboardBody, Source};
 use crate::error::ApiError;
-use crate::extract::{decode, read_body, require_token};
+use crate::extract::{decode_decision, read_body, require_token};
 use crate::metrics::Metrics;
 use crate::override_store::OverrideBackend;
 use crate::routes::admin::{top_of, TopBody, TopQuery};
 use crate::routes::{health, overrides};
 use crate::settings::Settings;
-use crate::wire::DecisionRequest;
 
 /// What the admin port needs beside the store and the metrics.
 pub struct AdminOptions {
@@ -233,7 +232,7 @@ async fn dashboard_peek<S: Store>(
 ) -> Result<Json<PeekBody>, ApiError> {
     require_token(admin.token.as_deref(), &headers)?;
     let bytes = read_body(body, admin.settings.max_body_bytes).await?;
-    let request: DecisionRequest<'_> = decode(&bytes)?;
+    let request = decode_decision(&bytes)?;
     dashboard::peek::peek(&admin.source(), &request)
         .await
         .map(Json)

@@ -14,6 +14,7 @@ use tollgate_listener::BodyTimeout;
 
 use crate::app::App;
 use crate::error::ApiError;
+use crate::wire::DecisionRequest;
 
 /// A JSON body decoded strictly: over the size limit is `413`, anything
 /// that is not the expected JSON is `400 malformed_json` naming the problem.
@@ -39,6 +40,15 @@ pub(crate) async fn read_body(body: Body, limit: usize) -> Result<axum::body::By
             Some(timeout) => ApiError::body_timeout(timeout.timeout),
             None => ApiError::body_too_large(limit),
         })
+}
+
+/// Decodes the body of a decision route: a plain one without serde
+/// ([`scan`](crate::scan)), any other as [`decode`] does, with its errors.
+pub(crate) fn decode_decision(bytes: &[u8]) -> Result<DecisionRequest<'_>, ApiError> {
+    match crate::scan::decision_request(bytes) {
+        Some(request) => Ok(request),
+        None => decode(bytes),
+    }
 }
 
 /// Decodes JSON, naming what is wrong and where; strings may borrow from

@@ -16,6 +16,8 @@
 //! - `wire`: the JSON bodies.
 //! - `extract`: body size limit, strict JSON decoding, the admin token
 //!   (bearer or the dashboard's login cookie).
+//! - `scan`: the plain decision request read without serde (serde reads
+//!   the rest, and says what is wrong with a bad one).
 //! - `target`: request validation into a [`Target`](target::Target).
 //! - `decide`: checks, reservations, releases and settles, inline and
 //!   rules-based.
@@ -64,6 +66,7 @@ pub mod override_store;
 pub mod proto;
 pub mod reload;
 mod routes;
+mod scan;
 mod serve;
 pub mod settings;
 pub mod target;

@@ -13,8 +13,7 @@ use crate::app::App;
 use crate::dashboard::peek::PeekBody;
 use crate::dashboard::{self, page, DashboardBody, Source};
 use crate::error::ApiError;
-use crate::extract::{decode, read_body, require_admin};
-use crate::wire::DecisionRequest;
+use crate::extract::{decode_decision, read_body, require_admin};
 
 fn source<S: Store>(app: &App<S>) -> Source<'_, S> {
     Source {
@@ -58,7 +57,7 @@ pub(crate) async fn peek<S: Store>(
 ) -> Result<Json<PeekBody>, ApiError> {
     require_admin(&app, &headers)?;
     let bytes = read_body(body, app.settings().max_body_bytes).await?;
-    let request: DecisionRequest<'_> = decode(&bytes)?;
+    let request = decode_decision(&bytes)?;
     dashboard::peek::peek(&source(&app), &request)
         .await
         .map(Json)

@@ -12,10 +12,10 @@ use crate::answer::Answer;
 use crate::app::App;
 use crate::decide;
 use crate::error::ApiError;
-use crate::extract::{decode, read_body};
+use crate::extract::{decode, decode_decision, read_body};
 use crate::target::{cost, moment, Target};
 use crate::tickets::TicketId;
-use crate::wire::{DecisionBody, DecisionRequest, ReleasedBody, SettleBody, SettleRequest};
+use crate::wire::{DecisionBody, ReleasedBody, SettleBody, SettleRequest};
 
 /// `POST /v1/check`.
 pub(crate) async fn check<S: Store>(
@@ -23,7 +23,7 @@ pub(crate) async fn check<S: Store>(
     body: Body,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let bytes = read_body(body, app.settings().max_body_bytes).await?;
-    let request: DecisionRequest<'_> = decode(&bytes)?;
+    let request = decode_decision(&bytes)?;
     let started = Instant::now();
     refuse_field("max_wait_ms", request.max_wait_ms.is_some(), "/v1/reserve")?;
     refuse_field("lease", request.lease.is_some(), "/v1/release")?;
@@ -79,7 +79,7 @@ pub(crate) async fn reserve<S: Store>(
     body: Body,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let bytes = read_body(body, app.settings().max_body_bytes).await?;
-    let request: DecisionRequest<'_> = decode(&bytes)?;
+    let request = decode_decision(&bytes)?;
     let started = Instant::now();
     refuse_field("lease", request.lease.is_some(), "/v1/release")?;
     refuse_field("settle", request.settle.is_some(), "/v1/check")?;
@@ -97,7 +97,7 @@ pub(crate) async fn release<S: Store>(
     body: Body,
 ) -> Result<Json<ReleasedBody>, ApiError> {
     let bytes = read_body(body, app.settings().max_body_bytes).await?;
-    let request: DecisionRequest<'_> = decode(&bytes)?;
+    let request = decode_decision(&bytes)?;
     for (field, given) in [
         ("cost", request.cost.is_some()),
         ("at_ms", request.at_ms.is_some()),
