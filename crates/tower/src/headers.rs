@@ -10,10 +10,14 @@
 //! of strings with integer parameters); the tests parse the output with a
 //! real Structured Fields parser.
 
+use std::cell::RefCell;
+use std::ops::Range;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
+use http::header::InvalidHeaderValue;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate_core::policy::QuotaPolicy;
 use tollgate_core::time::duration_to_secs_ceil;
 use tollgate_core::Decision;
 
@@ -45,52 +49,211 @@ pub fn add_rate_limit_headers(
     if applied.is_empty() {
         return;
     }
-    // Written byte by byte (itoa for the numbers): on every answer of the
-    // gateway, core::fmt cost more than the rest of the headers together.
-    // Every value goes into one buffer, each split off as it is done: one
-    // allocation for all of them (and the one shared block that splitting
-    // makes), where a buffer per value (`HeaderValue::from(u64)` makes
-    // one) cost an allocation apiece.
-    let names: usize = applied.iter().map(|a| a.name.len() + 48).sum();
-    let mut buf = BytesMut::with_capacity(2 * names + 64);
     // Room for all of them at once, rather than growing the map twice.
     headers.reserve(6);
+    WRITER.with(|writer| match writer.try_borrow_mut() {
+        Ok(mut writer) => writer.add(headers, applied, top, rejected),
+        // Never: nothing in `add` comes back here.
+        Err(_) => Writer::new().add(headers, applied, top, rejected),
+    });
+}
+
+thread_local! {
+    static WRITER: RefCell<Writer> = const { RefCell::new(Writer::new()) };
+}
+
+/// Bytes a thread's header values are carved from, a block at a time.
+const BLOCK: usize = 4096;
+
+/// `RateLimit-Policy` values a thread keeps: a service's few limits.
+const KEPT_POLICIES: usize = 16;
+
+/// A thread's header writer: its buffer, and the `RateLimit-Policy` values
+/// of the limits it saw last.
+///
+/// Every value is written byte by byte (itoa for the numbers; on every
+/// answer of the gateway, core::fmt cost more than the rest of the headers
+/// together) into one block of bytes and split off it, so a value is
+/// neither copied nor allocated on its own: the block is allocated once
+/// for many answers, and taken back whole once the values carved from it
+/// are gone (sent and dropped). A `RateLimit-Policy` value depends only on
+/// the limits' names and policies, which a service repeats on every
+/// answer: it is written once per list of limits and shared after.
+struct Writer {
+    buf: Option<BytesMut>,
+    policies: Vec<Policy>,
+    /// The entry of `policies` to replace next, once it is full.
+    next: usize,
+}
+
+/// A `RateLimit-Policy` value and what it was written from.
+struct Policy {
+    /// Each limit's name and policy.
+    limits: Vec<(Box<str>, QuotaPolicy)>,
+    value: HeaderValue,
+    /// Where each limit's quoted name (a Structured Field string, which
+    /// `RateLimit` repeats) is in `value`.
+    names: Vec<Range<usize>>,
+}
+
+impl Policy {
+    /// Whether this is the value for `applied`.
+    fn describes(&self, applied: &[AppliedLimit<'_>]) -> bool {
+        self.limits.len() == applied.len()
+            && self
+                .limits
+                .iter()
+                .zip(applied)
+                .all(|((name, policy), a)| *policy == a.policy && **name == *a.name)
+    }
+}
+
+impl Writer {
+    const fn new() -> Writer {
+        Writer {
+            buf: None,
+            policies: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// The index in `policies` of `applied`'s, written if it is new.
+    fn policy(&mut self, applied: &[AppliedLimit<'_>]) -> usize {
+        if let Some(i) = self.policies.iter().position(|p| p.describes(applied)) {
+            return i;
+        }
+        let policy = write_policy(applied);
+        if self.policies.len() < KEPT_POLICIES {
+            self.policies.push(policy);
+            self.policies.len() - 1
+        } else {
+            let i = self.next;
+            self.next = (i + 1) % KEPT_POLICIES;
+            self.policies[i] = policy;
+            i
+        }
+    }
+
+    /// The block, with room for the values of `applied`'s headers.
+    fn block(&mut self, applied: &[AppliedLimit<'_>]) -> &mut BytesMut {
+        let buf = self.buf.get_or_insert_with(BytesMut::new);
+        // More than `RateLimit` and four numbers can take.
+        let needed: usize = applied.iter().map(|a| 2 * a.name.len() + 48).sum::<usize>() + 96;
+        if buf.capacity() < needed {
+            // Takes the block back when nothing carved from it is left,
+            // or starts another.
+            buf.reserve(needed.max(BLOCK));
+        }
+        buf
+    }
+
+    fn add(
+        &mut self,
+        headers: &mut HeaderMap,
+        applied: &[AppliedLimit<'_>],
+        top: Option<&Decision>,
+        rejected: bool,
+    ) {
+        let p = self.policy(applied);
+        headers.insert(RATELIMIT_POLICY, self.policies[p].value.clone());
+        self.block(applied);
+        let (Some(buf), Some(policy)) = (self.buf.as_mut(), self.policies.get(p)) else {
+            return;
+        };
+        insert(headers, RATELIMIT, rate_limit_value(buf, policy, applied));
+        if applied.iter().any(|a| a.decision.degraded) {
+            headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
+        }
+        if let Some(top) = top {
+            insert(headers, X_RATELIMIT_LIMIT, number(buf, top.limit));
+            insert(headers, X_RATELIMIT_REMAINING, number(buf, top.remaining));
+            insert(
+                headers,
+                X_RATELIMIT_RESET,
+                number(buf, duration_to_secs_ceil(top.reset_after)),
+            );
+            if rejected {
+                insert(
+                    headers,
+                    http::header::RETRY_AFTER,
+                    number(buf, retry_after_secs(top.retry_after)),
+                );
+            }
+        }
+    }
+}
+
+/// The `RateLimit` value of `applied`, whose `RateLimit-Policy` is
+/// `policy`: each limit's quoted name again, with its remaining quota and
+/// the seconds until it resets.
+fn rate_limit_value(
+    buf: &mut BytesMut,
+    policy: &Policy,
+    applied: &[AppliedLimit<'_>],
+) -> Result<HeaderValue, InvalidHeaderValue> {
+    let quoted = policy.value.as_bytes();
+    for (i, (a, name)) in applied.iter().zip(&policy.names).enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(quoted.get(name.clone()).unwrap_or_default());
+        push_param(buf, b";r=", a.decision.remaining);
+        push_param(buf, b";t=", duration_to_secs_ceil(a.decision.reset_after));
+    }
+    value(buf)
+}
+
+/// `n` as a header value.
+fn number(buf: &mut BytesMut, n: u64) -> Result<HeaderValue, InvalidHeaderValue> {
+    push_param(buf, b"", n);
+    value(buf)
+}
+
+/// What `buf` holds as a header value, leaving `buf` empty (and its spare
+/// room for the next value). Every value is built from digits and
+/// `push_sf_string` output: visible ASCII, which never fails. The bytes are
+/// taken over without a copy.
+fn value(buf: &mut BytesMut) -> Result<HeaderValue, InvalidHeaderValue> {
+    HeaderValue::from_maybe_shared(buf.split().freeze())
+}
+
+/// Inserts `value` as `name`'s.
+fn insert(
+    headers: &mut HeaderMap,
+    name: HeaderName,
+    value: Result<HeaderValue, InvalidHeaderValue>,
+) {
+    if let Ok(value) = value {
+        headers.insert(name, value);
+    }
+}
+
+/// The `RateLimit-Policy` value of `applied`, in bytes of its own (kept,
+/// it must not hold a thread's block).
+fn write_policy(applied: &[AppliedLimit<'_>]) -> Policy {
+    let mut buf = BytesMut::with_capacity(applied.iter().map(|a| 2 * a.name.len() + 48).sum());
+    let buf = &mut buf;
+    let mut names = Vec::with_capacity(applied.len());
     for (i, a) in applied.iter().enumerate() {
         if i > 0 {
             buf.extend_from_slice(b", ");
         }
-        push_sf_string(&mut buf, &a.name);
-        push_param(&mut buf, b";q=", a.policy.quota);
-        push_param(&mut buf, b";w=", a.policy.window_secs.max(1));
+        let start = buf.len();
+        push_sf_string(buf, &a.name);
+        names.push(start..buf.len());
+        push_param(buf, b";q=", a.policy.quota);
+        push_param(buf, b";w=", a.policy.window_secs.max(1));
     }
-    insert(headers, RATELIMIT_POLICY, &mut buf);
-    for (i, a) in applied.iter().enumerate() {
-        if i > 0 {
-            buf.extend_from_slice(b", ");
-        }
-        push_sf_string(&mut buf, &a.name);
-        push_param(&mut buf, b";r=", a.decision.remaining);
-        push_param(
-            &mut buf,
-            b";t=",
-            duration_to_secs_ceil(a.decision.reset_after),
-        );
-    }
-    insert(headers, RATELIMIT, &mut buf);
-    if applied.iter().any(|a| a.decision.degraded) {
-        headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
-    }
-    if let Some(top) = top {
-        push_param(&mut buf, b"", top.limit);
-        insert(headers, X_RATELIMIT_LIMIT, &mut buf);
-        push_param(&mut buf, b"", top.remaining);
-        insert(headers, X_RATELIMIT_REMAINING, &mut buf);
-        push_param(&mut buf, b"", duration_to_secs_ceil(top.reset_after));
-        insert(headers, X_RATELIMIT_RESET, &mut buf);
-        if rejected {
-            push_param(&mut buf, b"", retry_after_secs(top.retry_after));
-            insert(headers, http::header::RETRY_AFTER, &mut buf);
-        }
+    let value = HeaderValue::from_maybe_shared(buf.split().freeze())
+        // Never: `push_sf_string` and digits write visible ASCII alone.
+        .unwrap_or_else(|_| HeaderValue::from_static(""));
+    Policy {
+        limits: applied
+            .iter()
+            .map(|a| (Box::from(&*a.name), a.policy))
+            .collect(),
+        value,
+        names,
     }
 }
 
@@ -114,16 +277,6 @@ pub fn rate_limit_headers(
 /// `Retry-After` seconds: rounded up, and at least 1 on a rejection.
 pub fn retry_after_secs(retry_after: Duration) -> u64 {
     duration_to_secs_ceil(retry_after).max(1)
-}
-
-/// Inserts what `buf` holds as `name`'s value, leaving `buf` empty (and
-/// its spare room for the next value).
-fn insert(headers: &mut HeaderMap, name: HeaderName, buf: &mut BytesMut) {
-    // Every value is built from digits and `push_sf_string` output: visible
-    // ASCII. The bytes are taken over without a copy.
-    if let Ok(value) = HeaderValue::from_maybe_shared(buf.split().freeze()) {
-        headers.insert(name, value);
-    }
 }
 
 /// A Structured Field string (RFC 9651 §3.3.3): visible ASCII and space,
@@ -209,6 +362,36 @@ mod tests {
         let limits = [AppliedLimit::of("bucket", &limit, decision)];
         let h = rate_limit_headers(&limits, Some(&decision), false);
         assert_eq!(h[&RATELIMIT_POLICY], r#""bucket";q=20;w=2"#);
+    }
+
+    #[test]
+    fn kept_policies_are_the_values_written_fresh_however_many_limits_come() {
+        // More lists of limits than a thread keeps, each seen again after
+        // others replaced it; single limits and pairs.
+        for round in 0..3u64 {
+            for n in 1..=(2 * KEPT_POLICIES as u64) {
+                let name = format!("rule-{n}");
+                let one = applied(&name, &format!("{n}/m"), n + round, 1000 * n);
+                let pair = [one.clone(), applied("per-second", "10/s", round, 10)];
+                let h = rate_limit_headers(&[one], None, false);
+                assert_eq!(h[&RATELIMIT_POLICY], format!("\"{name}\";q={n};w=60"));
+                assert_eq!(h[&RATELIMIT], format!("\"{name}\";r={};t={n}", n + round));
+                let h = rate_limit_headers(&pair, Some(&pair[1].decision), true);
+                assert_eq!(
+                    h[&RATELIMIT_POLICY],
+                    format!("\"{name}\";q={n};w=60, \"per-second\";q=10;w=1")
+                );
+                assert_eq!(
+                    h[&RATELIMIT],
+                    format!(
+                        "\"{name}\";r={};t={n}, \"per-second\";r={round};t=1",
+                        n + round
+                    )
+                );
+                assert_eq!(h[&X_RATELIMIT_REMAINING], round.to_string().as_str());
+                assert_eq!(h[http::header::RETRY_AFTER], "1");
+            }
+        }
     }
 
     #[test]
