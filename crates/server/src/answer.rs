@@ -8,6 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use tollgate_core::Decision;
 
 use crate::headers::{add_rate_limit_headers, AppliedLimit};
@@ -34,29 +35,40 @@ pub trait AnswerBody {
     fn to_json(&self) -> Result<Bytes, serde_json::Error>;
 }
 
-/// A buffer kept past this after an answer is given back to the allocator.
-const KEPT_BUFFER: usize = 64 * 1024;
+/// Bytes a thread's answer bodies are carved from, a block at a time.
+const BLOCK: usize = 16 * 1024;
+
+/// A body written past this gives its scratch buffer back to the
+/// allocator afterwards.
+const KEPT_SCRATCH: usize = 64 * 1024;
 
 impl AnswerBody for DecisionBody {
     fn to_json(&self) -> Result<Bytes, serde_json::Error> {
         thread_local! {
-            // Each worker thread writes its answers here and copies each
-            // out at its exact size: one allocation per answer.
-            static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+            // Each worker thread writes its answers into `scratch`, then
+            // copies each into `block` and splits it off: no allocation per
+            // answer. The block is taken back whole once the bodies carved
+            // from it are sent and dropped, or another is started.
+            static BUFFERS: RefCell<(Vec<u8>, BytesMut)> =
+                RefCell::new((Vec::new(), BytesMut::new()));
         }
-        Ok(BUFFER.with(|buffer| {
-            let Ok(mut buffer) = buffer.try_borrow_mut() else {
+        Ok(BUFFERS.with(|buffers| {
+            let Ok(mut buffers) = buffers.try_borrow_mut() else {
                 let mut out = Vec::new();
                 self.write_json(&mut out);
                 return Bytes::from(out);
             };
-            buffer.clear();
-            self.write_json(&mut buffer);
-            let bytes = Bytes::copy_from_slice(&buffer);
-            if buffer.capacity() > KEPT_BUFFER {
-                *buffer = Vec::new();
+            let (scratch, block) = &mut *buffers;
+            scratch.clear();
+            self.write_json(scratch);
+            if block.capacity() < scratch.len() {
+                block.reserve(scratch.len().max(BLOCK));
             }
-            bytes
+            block.extend_from_slice(scratch);
+            if scratch.capacity() > KEPT_SCRATCH {
+                *scratch = Vec::new();
+            }
+            block.split().freeze()
         }))
     }
 }
