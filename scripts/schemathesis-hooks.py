@@ -263,13 +263,14 @@ def override_limit_fits(limit):
     """A conservative subset of the limits the rules accept: `unit` (not
     `window`), a count between the sample's smallest capacity and
     OVERRIDE_MOST, a known algorithm, `burst` only on a bucket and at least
-    the count, and no `step`, `lease_ttl`, `ban` or `replaces` (the Rust
-    tests cover those); or `unlimited: true` alone."""
+    the count, `sync` (not `async` on `concurrency`), and no `step`,
+    `lease_ttl`, `ban` or `replaces` (the Rust tests cover those); or
+    `unlimited: true` alone."""
     if not isinstance(limit, dict):
         return False
     if limit.get("unlimited") is True:
         return set(limit) <= {"unlimited", "name"} and isinstance(limit.get("name", ""), str)
-    if set(limit) - {"unit", "requests_per_unit", "algorithm", "burst", "name", "unlimited"}:
+    if set(limit) - {"unit", "requests_per_unit", "algorithm", "burst", "name", "unlimited", "sync"}:
         return False
     if limit.get("unlimited", False) is not False or limit.get("unit") not in UNIT_NS:
         return False
@@ -278,6 +279,9 @@ def override_limit_fits(limit):
         return False
     algorithm = limit.get("algorithm", "fixed_window")
     if algorithm not in ALGORITHMS:
+        return False
+    sync = limit.get("sync", "exact")
+    if sync not in ("exact", "async") or (sync == "async" and algorithm == "concurrency"):
         return False
     if "burst" in limit:
         burst = limit["burst"]

@@ -55,6 +55,6 @@ pub mod time;
 
 pub use algorithm::Algorithm;
 pub use decision::{BanRefusal, Decision, Reservation};
-pub use limit::{AlgorithmName, AnyAlgorithm, Limit, LimitError};
+pub use limit::{AlgorithmName, AnyAlgorithm, Limit, LimitError, SyncMode};
 pub use rate::{Rate, RateError};
 pub use store::{LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus};

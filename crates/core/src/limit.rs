@@ -104,6 +104,61 @@ pub enum LimitError {
     /// Reservations were asked of an algorithm that has no time slots.
     #[error("reservations are not available for concurrency limits")]
     ReservationUnsupported,
+    /// `sync: async` on a limit whose usage cannot be merged across
+    /// instances (a `concurrency` limit, or one with a ban).
+    #[error("sync: async does not apply to {what} ({why}); leave sync out or set it to exact")]
+    SyncAsync {
+        /// What the limit is.
+        what: &'static str,
+        /// Why it must stay exact.
+        why: &'static str,
+    },
+    /// A sync mode that is neither `exact` nor `async`.
+    #[error("unknown sync mode {name:?} (expected exact or async)")]
+    UnknownSyncMode {
+        /// The rejected name.
+        name: String,
+    },
+}
+
+/// How a limit is shared between instances on a shared store (Redis): see
+/// [`Limit::sync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// `exact`: every decision in the shared store.
+    Exact,
+    /// `async`: decided from a local copy, usage shared in the background.
+    Async,
+}
+
+impl SyncMode {
+    /// The configuration name: `exact` or `async`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Exact => "exact",
+            SyncMode::Async => "async",
+        }
+    }
+}
+
+impl fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SyncMode {
+    type Err = LimitError;
+
+    fn from_str(name: &str) -> Result<Self, LimitError> {
+        match name {
+            "exact" => Ok(SyncMode::Exact),
+            "async" => Ok(SyncMode::Async),
+            _ => Err(LimitError::UnknownSyncMode {
+                name: name.to_string(),
+            }),
+        }
+    }
 }
 
 /// The eight algorithms, by their configuration names.
@@ -189,7 +244,12 @@ impl FromStr for AlgorithmName {
 ///
 /// For `concurrency` the rate's `N` is the number of requests in flight and
 /// its period is ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Limits compare and hash without their [`sync`](Limit::sync) mode: it
+/// says how a shared store keeps the state, not what the state counts, so
+/// a limit's state is the same whichever mode decides it (and the memory
+/// store, which ignores the mode, keeps one table for both).
+#[derive(Debug, Clone, Copy)]
 pub struct Limit {
     /// The algorithm.
     pub algorithm: AlgorithmName,
@@ -207,6 +267,59 @@ pub struct Limit {
     /// and `sliding_window_counter` only): see [`Calendar`]. The rate's
     /// period is then nominal (named, not used by the windows).
     pub calendar: Option<Calendar>,
+    /// How instances on a shared store share the limit, when the limit says
+    /// (`sync: exact | async`); `None` follows the process's `--sync`. The
+    /// memory store ignores it. `async` is refused on `concurrency` limits
+    /// and limits with a ban, whose usage cannot be merged.
+    pub sync: Option<SyncMode>,
+}
+
+// What `derive` writes, without `sync` (see the type's docs); listing the
+// fields by name makes a new one a compile error here.
+impl PartialEq for Limit {
+    fn eq(&self, other: &Limit) -> bool {
+        let Limit {
+            algorithm,
+            rate,
+            burst,
+            step,
+            lease_ttl,
+            ban,
+            calendar,
+            sync: _,
+        } = self;
+        *algorithm == other.algorithm
+            && *rate == other.rate
+            && *burst == other.burst
+            && *step == other.step
+            && *lease_ttl == other.lease_ttl
+            && *ban == other.ban
+            && *calendar == other.calendar
+    }
+}
+
+impl Eq for Limit {}
+
+impl std::hash::Hash for Limit {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let Limit {
+            algorithm,
+            rate,
+            burst,
+            step,
+            lease_ttl,
+            ban,
+            calendar,
+            sync: _,
+        } = self;
+        algorithm.hash(state);
+        rate.hash(state);
+        burst.hash(state);
+        step.hash(state);
+        lease_ttl.hash(state);
+        ban.hash(state);
+        calendar.hash(state);
+    }
 }
 
 impl Limit {
@@ -220,7 +333,14 @@ impl Limit {
             lease_ttl: None,
             ban: None,
             calendar: None,
+            sync: None,
         }
+    }
+
+    /// Sets how instances on a shared store share the limit.
+    pub fn with_sync(mut self, sync: SyncMode) -> Limit {
+        self.sync = Some(sync);
+        self
     }
 
     /// Counts in the windows of `calendar` instead of epoch-aligned periods.
@@ -253,6 +373,30 @@ impl Limit {
         self
     }
 
+    /// An error when the limit says `sync: async` but its usage cannot be
+    /// merged across instances: a `concurrency` limit, or one with a ban.
+    /// [`build`](Limit::build) checks it too; stores that keep built
+    /// limits by limit (which compare without the mode) need it on its
+    /// own.
+    pub fn check_sync(&self) -> Result<(), LimitError> {
+        if self.sync != Some(SyncMode::Async) {
+            return Ok(());
+        }
+        if self.algorithm == AlgorithmName::Concurrency {
+            return Err(LimitError::SyncAsync {
+                what: "concurrency limits",
+                why: "a lease is held in one place, never approximated",
+            });
+        }
+        if self.ban.is_some() {
+            return Err(LimitError::SyncAsync {
+                what: "a limit with a ban",
+                why: "its strikes count refusals, which instances cannot merge",
+            });
+        }
+        Ok(())
+    }
+
     /// Validates the options and builds the algorithm (without its ban,
     /// which stores put around it: see [`Banned`](crate::ban::Banned)).
     pub fn build(&self) -> Result<AnyAlgorithm, LimitError> {
@@ -278,6 +422,7 @@ impl Limit {
         {
             return Err(reject("calendar window"));
         }
+        self.check_sync()?;
         let burst = self.burst.unwrap_or(self.rate.limit());
         let rate = self.rate;
         Ok(match name {
@@ -479,6 +624,33 @@ mod tests {
             TokenBucket::<Narrow>::with_storage(rate, 1_000_003),
             Err(LimitError::Storage { burst: 1_000_003 })
         );
+    }
+
+    #[test]
+    fn the_sync_mode_is_refused_where_usage_cannot_merge_and_left_out_of_comparisons() {
+        use std::hash::{BuildHasher, RandomState};
+        let rate = Rate::per_second(10).unwrap();
+        let plain = Limit::new(AlgorithmName::Gcra, rate);
+        let synced = plain.with_sync(SyncMode::Async);
+        assert_eq!(plain, synced);
+        let hasher = RandomState::new();
+        assert_eq!(hasher.hash_one(plain), hasher.hash_one(synced));
+        assert!(synced.build().is_ok());
+        assert_ne!(plain, plain.with_burst(11).with_sync(SyncMode::Async));
+        let leases = Limit::new(AlgorithmName::Concurrency, rate);
+        assert!(leases.with_sync(SyncMode::Exact).build().is_ok());
+        let err = leases.with_sync(SyncMode::Async).build().unwrap_err();
+        assert!(matches!(err, LimitError::SyncAsync { .. }), "{err}");
+        assert!(err.to_string().contains("concurrency"), "{err}");
+        let ban =
+            crate::ban::Ban::new(3, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+        let banned = plain.with_ban(ban);
+        assert!(banned.with_sync(SyncMode::Exact).build().is_ok());
+        let err = banned.with_sync(SyncMode::Async).build().unwrap_err();
+        assert!(err.to_string().contains("ban"), "{err}");
+        assert_eq!("async".parse::<SyncMode>(), Ok(SyncMode::Async));
+        assert_eq!("exact".parse::<SyncMode>(), Ok(SyncMode::Exact));
+        assert!("eventual".parse::<SyncMode>().is_err());
     }
 
     #[test]

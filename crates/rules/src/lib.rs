@@ -7,8 +7,8 @@
 //! `shadow_mode`, `detailed_metric`, `share_threshold`, `quota_mode`,
 //! `metadata`, `unlimited`, `name` and `replaces`).
 //! tollgate adds, on each `rate_limit`, an `algorithm` (default
-//! `fixed_window`, envoy's behaviour), `burst`, `step`, `window` and
-//! `lease_ttl`, and a list form `rate_limits:` for several limits on one
+//! `fixed_window`, envoy's behaviour), `burst`, `step`, `window`,
+//! `lease_ttl`, `ban` and `sync` (`exact` or `async` on a shared store), and a list form `rate_limits:` for several limits on one
 //! descriptor; and beside `descriptors`, a `routes:` list that turns HTTP
 //! requests into descriptors for the gateway and the tower middleware.
 //! `docs/rules.md` describes the format and where tollgate differs from

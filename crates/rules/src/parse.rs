@@ -14,7 +14,7 @@ use tollgate_core::rate::parse_duration;
 
 use tollgate_core::ban::Ban;
 use tollgate_core::calendar::{Calendar, CalendarError, CalendarUnit};
-use tollgate_core::{AlgorithmName, Limit, LimitError, Rate};
+use tollgate_core::{AlgorithmName, Limit, LimitError, Rate, SyncMode};
 
 use crate::error::{ErrorKind, Location, RulesError};
 use crate::matcher::{Domain, NodeId};
@@ -49,6 +49,7 @@ const RATE_LIMIT_FIELDS: &[&str] = &[
     "anchor",
     "lease_ttl",
     "ban",
+    "sync",
 ];
 const LIST_LIMIT_FIELDS: &[&str] = &[
     "unit",
@@ -63,6 +64,7 @@ const LIST_LIMIT_FIELDS: &[&str] = &[
     "anchor",
     "lease_ttl",
     "ban",
+    "sync",
 ];
 const REPLACES_FIELDS: &[&str] = &["name"];
 /// The fields of a runtime override (see `overrides`): a descriptor's
@@ -480,7 +482,7 @@ impl<'f> FileParser<'f> {
             replaces: replaces.clone(),
             kind,
         };
-        const OPTIONS: [&str; 8] = [
+        const OPTIONS: [&str; 9] = [
             "algorithm",
             "burst",
             "step",
@@ -489,6 +491,7 @@ impl<'f> FileParser<'f> {
             "anchor",
             "lease_ttl",
             "ban",
+            "sync",
         ];
         if self.flag(&f, "unlimited")? {
             // Envoy also ignores `requests_per_unit` here; it rejects `unit`.
@@ -617,6 +620,17 @@ impl<'f> FileParser<'f> {
         }
         if let Some(b) = f.get("ban") {
             limit = limit.with_ban(self.ban(b)?);
+        }
+        if let Some(node) = f.get("sync") {
+            let mode = self
+                .string("sync", node)?
+                .parse::<SyncMode>()
+                .map_err(|e| self.err(node.at, ErrorKind::Limit(e)))?;
+            limit = limit.with_sync(mode);
+            // `async` where usage cannot be merged (concurrency, a ban).
+            limit
+                .build()
+                .map_err(|e| self.err(node.at, ErrorKind::Limit(e)))?;
         }
         Ok(spec(LimitKind::Limited(limit, reported)))
     }
@@ -845,10 +859,10 @@ fn expected_list(allowed: &'static [&'static str]) -> &'static str {
             "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric, share_threshold, quota_mode, metadata, value_to_metric"
         }
         a if a == RATE_LIMIT_FIELDS => {
-            "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban"
+            "unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban, sync"
         }
         a if a == LIST_LIMIT_FIELDS => {
-            "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban"
+            "unit, requests_per_unit, name, replaces, algorithm, burst, step, window, timezone, anchor, lease_ttl, ban, sync"
         }
         a if a == REPLACES_FIELDS => "name",
         a if a == OVERRIDE_FIELDS => "rate_limit, rate_limits, shadow_mode, quota_mode",

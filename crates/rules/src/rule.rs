@@ -199,6 +199,9 @@ impl PartialEq for Rule {
             && self.name == other.name
             && self.replaces == other.replaces
             && self.limits == other.limits
+            // Limits compare without their sync mode; a reload that changes
+            // it changes the rule.
+            && self.limits.iter().map(|l| l.sync).eq(other.limits.iter().map(|l| l.sync))
             && self.reported == other.reported
             && self.unlimited == other.unlimited
             && self.denies_all == other.denies_all

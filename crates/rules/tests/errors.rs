@@ -368,3 +368,51 @@ fn bad_bans() {
         "ban",
     );
 }
+
+#[test]
+fn bad_sync_modes() {
+    let limit = "  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n";
+    let with = |extra: &str| format!("{HEAD}{limit}{extra}");
+    check(
+        &with("      sync: eventually\n"),
+        "7:13",
+        "unknown sync mode \"eventually\" (expected exact or async)",
+    );
+    check(
+        &with("      sync: [async]\n"),
+        "7:13",
+        "`sync` must be a string",
+    );
+    check(
+        &with("      algorithm: concurrency\n      sync: async\n"),
+        "8:13",
+        "sync: async does not apply to concurrency limits",
+    );
+    check(
+        &with("      ban: {after: 3, within: 10m, for: 1h}\n      sync: async\n"),
+        "8:13",
+        "sync: async does not apply to a limit with a ban",
+    );
+    check(
+        &format!("{HEAD}  - key: user\n    rate_limits:\n      - {{unit: second, requests_per_unit: 5, algorithm: concurrency, sync: async}}\n"),
+        "5:76",
+        "concurrency",
+    );
+    check(
+        &format!(
+            "{HEAD}  - key: user\n    rate_limit:\n      unlimited: true\n      sync: async\n"
+        ),
+        "6:7",
+        "sync",
+    );
+    check(
+        &format!("{HEAD}  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n      sync: async\n"),
+        "7:7",
+        "sync",
+    );
+    check(
+        &format!("{HEAD}  - key: user\n    rate_limits:\n      - {{unit: second, requests_per_unit: 5, sync: async}}\n      - {{unit: second, requests_per_unit: 5, sync: exact}}\n"),
+        "6:9",
+        "appears twice",
+    );
+}

@@ -165,3 +165,33 @@ fn a_ban_goes_with_its_limit_in_either_form() {
     assert_eq!(reset.limits()[0].ban, Some(ban(1, hour, 24 * hour)));
     assert_eq!(reset.limits()[1].ban, None);
 }
+
+#[test]
+fn a_sync_mode_goes_with_its_limit_in_either_form_and_changes_the_rule() {
+    use tollgate_core::SyncMode;
+    let exact = rule(
+        "    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: exact}\n",
+    );
+    assert_eq!(exact.limits()[0].sync, Some(SyncMode::Exact));
+    let listed = rule(
+        "    rate_limits:\n      - {unit: second, requests_per_unit: 5, sync: async}\n      - {unit: day, requests_per_unit: 50}\n      - {unit: minute, requests_per_unit: 3, algorithm: concurrency, sync: exact}\n",
+    );
+    assert_eq!(listed.limits()[0].sync, Some(SyncMode::Async));
+    assert_eq!(listed.limits()[1].sync, None, "the process's --sync");
+    assert_eq!(listed.limits()[2].sync, Some(SyncMode::Exact));
+    // The same limits in another mode: another rule (a reload applies it),
+    // though the limits count the same state.
+    let plain = rule("    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra}\n");
+    let synced = rule(
+        "    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: async}\n",
+    );
+    assert_eq!(plain.limits(), synced.limits());
+    assert_ne!(plain, synced);
+    assert_ne!(exact, synced);
+    assert_eq!(
+        synced,
+        rule(
+            "    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: async}\n"
+        )
+    );
+}

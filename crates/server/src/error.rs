@@ -131,7 +131,9 @@ impl From<LimitError> for ApiError {
             | LimitError::Ban { .. }
             | LimitError::Option { .. }
             | LimitError::Calendar(_)
-            | LimitError::NotOnStore { .. } => "invalid_limit",
+            | LimitError::NotOnStore { .. }
+            | LimitError::SyncAsync { .. }
+            | LimitError::UnknownSyncMode { .. } => "invalid_limit",
         };
         ApiError::bad_request(code, error.to_string())
     }

@@ -679,7 +679,8 @@ impl Metrics {
         self
     }
 
-    /// Registers the async sync mode's metrics (`--sync async`):
+    /// Registers the async sync mode's metrics (on a shared store, where
+    /// `--sync async` or a limit's `sync: async` asks for it):
     /// `tollgate_sync_lag_seconds`, `tollgate_sync_lag_max_seconds`,
     /// `tollgate_sync_batches_total`,
     /// `tollgate_sync_failed_batches_total`, `tollgate_sync_batch_keys`,

@@ -82,6 +82,7 @@ fn limit<'a>(scan: &mut Scanner<'a>) -> Option<LimitSpec<'a>> {
     let mut window = None;
     let mut timezone = None;
     let mut anchor = None;
+    let mut sync = None;
     let mut seen = Seen::default();
     scan.object(|scan, name| {
         match name {
@@ -117,6 +118,10 @@ fn limit<'a>(scan: &mut Scanner<'a>) -> Option<LimitSpec<'a>> {
                 seen.first(7)?;
                 anchor = Some(scan.number()?);
             }
+            "sync" => {
+                seen.first(8)?;
+                sync = Some(Cow::Borrowed(scan.string()?));
+            }
             _ => return None,
         }
         Some(())
@@ -131,6 +136,7 @@ fn limit<'a>(scan: &mut Scanner<'a>) -> Option<LimitSpec<'a>> {
         window,
         timezone,
         anchor,
+        sync,
     })
 }
 

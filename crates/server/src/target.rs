@@ -9,7 +9,7 @@ use std::time::Duration;
 use tollgate_core::calendar::{Calendar, CalendarUnit};
 use tollgate_core::rate::parse_duration;
 use tollgate_core::time::NANOS_PER_MS;
-use tollgate_core::{AlgorithmName, Limit, LimitError, Moment, Rate};
+use tollgate_core::{AlgorithmName, Limit, LimitError, Moment, Rate, SyncMode};
 
 use crate::error::ApiError;
 use crate::settings::Settings;
@@ -102,7 +102,8 @@ pub fn store_key(key: &str, settings: &Settings) -> Result<Vec<u8>, ApiError> {
 
 /// The limit an inline `limit` object describes. Its options are checked
 /// when the store first builds it (a bad combination is a `400` from there,
-/// before anything is counted), not on every request.
+/// before anything is counted), not on every request; but `sync: async`
+/// where usage cannot be merged is refused here.
 pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
     let calendar = calendar_of(spec)?;
     let algorithm = match spec.algorithm.as_deref() {
@@ -127,6 +128,13 @@ pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
         .as_deref()
         .map(|s| duration("lease_ttl", s))
         .transpose()?;
+    limit.sync = spec
+        .sync
+        .as_deref()
+        .map(str::parse::<SyncMode>)
+        .transpose()?;
+    // Stores keep built limits without their mode: checked here.
+    limit.check_sync()?;
     Ok(limit)
 }
 
@@ -371,6 +379,7 @@ mod tests {
                 window: None,
                 timezone: None,
                 anchor: None,
+                sync: None,
             }),
             ..DecisionRequest::default()
         }

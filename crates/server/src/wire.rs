@@ -86,6 +86,10 @@ pub struct LimitSpec<'a> {
     /// Where the calendar window starts (see docs/semantics.md).
     #[serde(default, deserialize_with = "crate::numbers::optional_u64")]
     pub anchor: Option<u64>,
+    /// On a shared store, `exact` or `async` for this limit, whatever the
+    /// process's `--sync` (ignored by the memory store).
+    #[serde(default, borrow, deserialize_with = "optional_text")]
+    pub sync: Option<Cow<'a, str>>,
 }
 
 /// One descriptor entry: `{"key": "user", "value": "42"}`.

@@ -20,10 +20,13 @@
 //!   the later instant past it: held longer, never less) and goes with the
 //!   first batch that gets through.
 //!
-//! Limits whose usage cannot be merged (`concurrency` leases) and limits
-//! with a ban (whose strikes are per refusal, not usage) stay exact: a
-//! request that names one is decided by the shared store, all of it, as
-//! are reservations, releases and resets. docs/semantics.md ("Async sync
+//! Which limits are decided locally: those whose own mode
+//! ([`Limit::sync`](tollgate_core::Limit::sync)) says `async`, and those
+//! that say nothing when the process's ([`SyncConfig::mode`]) is `async`.
+//! Limits in exact mode, limits whose usage cannot be merged (`concurrency`
+//! leases) and limits with a ban (whose strikes are per refusal, not
+//! usage) stay exact: a request that names one is decided by the shared
+//! store, all of it, as are reservations, releases and resets. docs/semantics.md ("Async sync
 //! mode") states the bound on over-admission per algorithm.
 //!
 //! # Layout

@@ -16,7 +16,7 @@ use tollgate_core::algorithm::Algorithm;
 use tollgate_core::time::Clock;
 use tollgate_core::{
     AlgorithmName, Decision, Limit, LimitError, LimitKey, Moment, MultiReservation, Store,
-    StoreError, StoreStatus,
+    StoreError, StoreStatus, SyncMode,
 };
 use tollgate_state::{format_of, AnyFormat, Format};
 
@@ -42,11 +42,17 @@ pub struct SyncConfig {
     /// up to this much longer, never less. The windows' usage coalesces
     /// per window (or step) whatever this says, exactly.
     pub coalesce: Duration,
+    /// The mode of a limit that does not say ([`Limit::sync`]): the
+    /// process's `--sync` (default `async`). Under `exact`, only limits
+    /// that say `sync: async` are decided locally, and the store's clock
+    /// and status are the shared store's.
+    pub mode: SyncMode,
 }
 
 impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
+            mode: SyncMode::Async,
             interval: Duration::from_millis(100),
             max_keys: 1_000_000,
             max_pending: 1_024,
@@ -277,9 +283,11 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             .fetch_max(now.saturating_sub(before), Ordering::Relaxed);
     }
 
-    /// Whether requests against `limit` are decided locally.
+    /// Whether requests against `limit` are decided locally: its own
+    /// [`sync`](Limit::sync) mode, else the configured one, and only when
+    /// its usage can be merged.
     pub fn is_async(&self, limit: &Limit) -> bool {
-        mergeable(limit)
+        limit.sync.unwrap_or(self.inner.config.mode) == SyncMode::Async && mergeable(limit)
     }
 
     /// Runs [`sync`](Self::sync) every interval until the task is aborted.
@@ -621,9 +629,13 @@ impl<T: Transport, E: Store> Store for SyncStore<T, E> {
         Ok(held.max(dropped))
     }
 
-    /// The local clock: decisions here are taken on it.
+    /// The local clock, which decisions here are taken on; the shared
+    /// store's when limits are exact unless they say otherwise.
     async fn now(&self) -> Result<u64, StoreError> {
-        Ok(self.inner.clock.now())
+        match self.inner.config.mode {
+            SyncMode::Async => Ok(self.inner.clock.now()),
+            SyncMode::Exact => self.inner.exact.now().await,
+        }
     }
 
     fn engine(&self) -> Option<&'static str> {
@@ -631,8 +643,12 @@ impl<T: Transport, E: Store> Store for SyncStore<T, E> {
     }
 
     /// Ready when the shared store is; degraded (deciding locally) when it
-    /// is not.
+    /// is not. When limits are exact unless they say otherwise, the shared
+    /// store's status as it is.
     async fn status(&self) -> StoreStatus {
+        if self.inner.config.mode == SyncMode::Exact {
+            return self.inner.exact.status().await;
+        }
         match self.inner.exact.status().await {
             StoreStatus::Ready => StoreStatus::Ready,
             StoreStatus::Degraded(reason) | StoreStatus::Unavailable(reason) => {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate_core::time::{ManualClock, NANOS_PER_MS, NANOS_PER_SEC};
-use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Rate, Store};
+use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Rate, Store, SyncMode};
 use tollgate_sync::SyncConfig;
 
 use support::{instance, memory, now, remaining, Remote};
@@ -30,6 +30,7 @@ const EXACT: SyncConfig = SyncConfig {
     max_keys: 1_000_000,
     max_pending: 1_024,
     coalesce: Duration::ZERO,
+    mode: SyncMode::Async,
 };
 
 /// One limit of every algorithm whose usage can be merged.
@@ -315,6 +316,50 @@ fn concurrency_and_banned_limits_stay_exact() {
     now(a.sync()).unwrap();
     assert_eq!(remote.exchanges.load(Ordering::SeqCst), 0);
     assert_eq!(a.stats().keys, 0);
+}
+
+/// A limit's own mode wins over the process's: `sync: exact` goes to the
+/// exact store under an async default, `sync: async` is decided locally
+/// and synced under an exact default, and a limit that says nothing
+/// follows the default.
+#[test]
+fn a_limit_says_its_own_mode() {
+    let gcra = Limit::new(AlgorithmName::Gcra, Rate::per_second(1).unwrap());
+    for default in [SyncMode::Async, SyncMode::Exact] {
+        let remote = Arc::new(Remote::default());
+        let clock = clock();
+        let config = SyncConfig {
+            mode: default,
+            ..SyncConfig::default()
+        };
+        let a = instance(&remote, &clock, config);
+        let mut synced = 0;
+        for (mode, key) in [
+            (Some(SyncMode::Exact), &b"exact"[..]),
+            (Some(SyncMode::Async), b"async"),
+            (None, b"default"),
+        ] {
+            let limit = Limit { sync: mode, ..gcra };
+            let asynchronous = mode.unwrap_or(default) == SyncMode::Async;
+            let case = format!("{mode:?} under {default:?}");
+            assert_eq!(a.is_async(&limit), asynchronous, "{case}");
+            let request = [LimitKey { limit: &limit, key }];
+            let decision = now(a.check(&request, Moment::Now, 1)).unwrap()[0];
+            assert!(decision.allowed, "{case}");
+            assert_eq!(decision.asynchronous, asynchronous, "{case}");
+            // The exact store counted the exact limit's request only.
+            let exact = now(a.exact().check(&request, Moment::Now, 0)).unwrap()[0];
+            assert_eq!(exact.remaining, u64::from(asynchronous), "{case}");
+            synced += u64::from(asynchronous);
+        }
+        // The async limits' keys go in the batch and reach the shared
+        // store, whatever the default.
+        assert_eq!(a.stats().keys as u64, synced, "under {default:?}");
+        assert_eq!(now(a.sync()).unwrap() as u64, synced, "under {default:?}");
+        assert_eq!(remote.recorded_cost(), synced, "under {default:?}");
+        assert!(remote.value(&gcra, b"async").is_some());
+        assert!(remote.value(&gcra, b"exact").is_none());
+    }
 }
 
 /// Several limits are all-or-nothing locally too, and a cost no limit can

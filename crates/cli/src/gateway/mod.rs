@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tollgate_core::Store;
+use tollgate_core::{Store, SyncMode};
 use tollgate_gateway::{self as gateway, Proxy, ProxySettings, RequestBody};
 use tollgate_listener::Protocols;
 use tollgate_rules::overrides::OverrideTable;
@@ -75,7 +75,7 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
     let mut metrics = Metrics::new()
         .with_values_per_rule(config.metric_values_per_rule)
         .with_store_kind(store_kind);
-    if matches!(&config.store.choice, StoreChoice::Redis(shared) if shared.sync.is_some()) {
+    if matches!(&config.store.choice, StoreChoice::Redis(_)) {
         metrics = metrics.with_sync();
     }
     let metrics = Arc::new(metrics);
@@ -120,40 +120,29 @@ async fn serve(config: GatewayConfig, proxy: Proxy<RequestBody>, rules: RuleSet)
                 backend: Some(Arc::new(store::overrides::RedisBackend(redis))),
             };
             let housekeeping = store::housekeeping(fallback, gauge);
-            let served = match shared.sync {
-                None => {
-                    serve_on(
-                        &config,
-                        proxy,
-                        Arc::new(store),
-                        rules,
-                        metrics,
-                        shared_overrides,
-                    )
-                    .await
-                }
-                Some(interval) => {
-                    let sync = store::synced(store, interval);
-                    tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
-                    let reported = Arc::clone(&metrics);
-                    let syncing =
-                        tokio::spawn(store::sync_loop(sync.clone(), interval, move |sync| {
-                            store::report_sync(sync, &reported);
-                        }));
-                    let served = serve_on(
-                        &config,
-                        proxy,
-                        Arc::new(sync.clone()),
-                        rules,
-                        Arc::clone(&metrics),
-                        shared_overrides,
-                    )
-                    .await;
-                    syncing.abort();
-                    store::last_sync(&sync, &metrics).await;
-                    served
-                }
-            };
+            // Behind the local copies of the limits in async mode: every
+            // limit under `--sync async`, those that say `sync: async`
+            // under `exact`.
+            let interval = shared.sync_interval;
+            let sync = store::synced(store, shared.sync, interval);
+            if shared.sync == SyncMode::Async {
+                tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
+            }
+            let reported = Arc::clone(&metrics);
+            let syncing = tokio::spawn(store::sync_loop(sync.clone(), interval, move |sync| {
+                store::report_sync(sync, &reported);
+            }));
+            let served = serve_on(
+                &config,
+                proxy,
+                Arc::new(sync.clone()),
+                rules,
+                Arc::clone(&metrics),
+                shared_overrides,
+            )
+            .await;
+            syncing.abort();
+            store::last_sync(&sync, &metrics).await;
             housekeeping.abort();
             overrides_sync.abort();
             served

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::net::TcpListener;
 use tollgate_core::time::{Clock, SystemClock};
-use tollgate_core::Store;
+use tollgate_core::{Store, SyncMode};
 use tollgate_memory::{LocalStore, MemoryStore};
 use tollgate_rules::overrides::OverrideTable;
 use tollgate_rules::watch::{RulesWatcher, WatchOptions};
@@ -149,41 +149,23 @@ async fn serve_memory(config: ServeConfig, rules: RuleSet) -> Result<()> {
 }
 
 /// A shared Redis store under the failure policy, with a local memory
-/// store for the `local` policy; in async sync mode, local copies in front
-/// of it.
+/// store for the `local` policy, behind the local copies of the limits in
+/// async sync mode (every limit under `--sync async`, those that say
+/// `sync: async` under `exact`), synced every interval.
 async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) -> Result<()> {
-    let mut metrics = Metrics::new()
+    let metrics = Metrics::new()
         .with_values_per_rule(config.metric_values_per_rule)
-        .with_store_kind("redis");
-    if shared.sync.is_some() {
-        metrics = metrics.with_sync();
-    }
+        .with_store_kind("redis")
+        .with_sync();
     let (store, fallback) = store::shared(&shared, config.store.memory_max_bytes, &metrics).await?;
     // Overrides live in Redis: every instance's table follows it.
     let redis = store.primary().clone();
     let overrides = Arc::new(OverrideTable::new());
     let overrides_sync = store::overrides::sync(redis.clone(), Arc::clone(&overrides));
-    let backend = || -> Option<Arc<dyn tollgate_server::override_store::OverrideBackend>> {
-        Some(Arc::new(store::overrides::RedisBackend(redis.clone())))
-    };
-    let Some(interval) = shared.sync else {
-        let app = App::with_overrides(
-            store,
-            rules,
-            config.rules.clone(),
-            config.settings.clone(),
-            metrics,
-            overrides,
-            backend(),
-        );
-        let housekeeping = store::housekeeping(fallback, gauge(&app));
-        let served = run_servers(app, &config).await;
-        housekeeping.abort();
-        overrides_sync.abort();
-        tracing::info!("stopped");
-        return served;
-    };
-    let sync = store::synced(store, interval);
+    let backend: Option<Arc<dyn tollgate_server::override_store::OverrideBackend>> =
+        Some(Arc::new(store::overrides::RedisBackend(redis.clone())));
+    let interval = shared.sync_interval;
+    let sync = store::synced(store, shared.sync, interval);
     let app = App::with_overrides(
         sync.clone(),
         rules,
@@ -191,9 +173,17 @@ async fn serve_shared(config: ServeConfig, shared: SharedStore, rules: RuleSet) 
         config.settings.clone(),
         metrics,
         overrides,
-        backend(),
+        backend,
     );
-    tracing::info!(interval = ?interval, "async sync mode: deciding from local copies");
+    match shared.sync {
+        SyncMode::Async => {
+            tracing::info!(interval = ?interval, "async sync mode: deciding from local copies")
+        }
+        SyncMode::Exact => tracing::info!(
+            interval = ?interval,
+            "exact sync mode: deciding in Redis (limits that say `sync: async` from local copies)"
+        ),
+    }
     let housekeeping = store::housekeeping(fallback, gauge(&app));
     let reported = app.clone();
     let syncing = tokio::spawn(store::sync_loop(sync.clone(), interval, move |sync| {

@@ -5,13 +5,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tollgate_core::SyncMode;
 use tollgate_memory::DEFAULT_MAX_BYTES;
 use tollgate_redis::{Endpoint, Engine, RedisConfig};
 use tollgate_server::guarded::OnStoreError;
 
 use crate::args::StoreArgs;
 
-/// How often `--sync async` syncs when nothing says.
+/// How often the limits decided locally sync when nothing says.
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 use crate::config_file::ConfigError;
 
@@ -76,9 +77,12 @@ pub struct SharedStore {
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM file).
     pub tls_key: Option<PathBuf>,
-    /// How instances share it: `None` for exact, or the async mode's
-    /// interval.
-    pub sync: Option<Duration>,
+    /// How instances share a limit that does not say (`--sync`).
+    pub sync: SyncMode,
+    /// How often the limits decided locally are synced (`--sync-interval`):
+    /// every limit under `--sync async`, and those that say `sync: async`
+    /// under `exact`.
+    pub sync_interval: Duration,
 }
 
 /// Validated store settings.
@@ -125,8 +129,8 @@ impl StoreConfig {
             None => DEFAULT_SYNC_INTERVAL,
         };
         let sync = match args.sync.clone().or(file.sync).as_deref() {
-            None | Some("exact") => None,
-            Some("async") => Some(sync_interval),
+            None | Some("exact") => SyncMode::Exact,
+            Some("async") => SyncMode::Async,
             Some(other) => {
                 return Err(ConfigError::Invalid(format!(
                     "sync: {other:?} is not a sync mode (expected exact or async)"
@@ -135,7 +139,7 @@ impl StoreConfig {
         };
         let choice = match args.store.clone().or(file.store).as_deref() {
             None | Some("memory") => {
-                if sync.is_some() {
+                if sync == SyncMode::Async {
                     return Err(ConfigError::Invalid(
                         "sync async needs a shared store (redis://…), not memory".into(),
                     ));
@@ -172,6 +176,7 @@ impl StoreConfig {
                 tls_cert,
                 tls_key,
                 sync,
+                sync_interval,
             }),
         };
         Ok(StoreConfig {
@@ -211,7 +216,8 @@ mod tests {
         assert_eq!(shared.tls_cert, Some(PathBuf::from("/flag/client.pem")));
         assert_eq!(shared.tls_key, Some(PathBuf::from("/flag/client.key")));
         assert_eq!(shared.on_error, OnStoreError::Local);
-        assert_eq!(shared.sync, None, "exact by default");
+        assert_eq!(shared.sync, SyncMode::Exact, "exact by default");
+        assert_eq!(shared.sync_interval, DEFAULT_SYNC_INTERVAL);
     }
 
     #[test]
@@ -224,12 +230,12 @@ mod tests {
         };
         let resolve =
             |args: &StoreArgs, file| match StoreConfig::resolve(args, file).unwrap().choice {
-                StoreChoice::Redis(shared) => shared.sync,
+                StoreChoice::Redis(shared) => (shared.sync, shared.sync_interval),
                 StoreChoice::Memory => panic!("a Redis store"),
             };
         assert_eq!(
             resolve(&StoreArgs::default(), file),
-            Some(Duration::from_secs(1))
+            (SyncMode::Async, Duration::from_secs(1))
         );
         let args = StoreArgs {
             store: Some("redis://redis:6379".into()),
@@ -238,14 +244,18 @@ mod tests {
         };
         assert_eq!(
             resolve(&args, StoreFile::default()),
-            Some(DEFAULT_SYNC_INTERVAL)
+            (SyncMode::Async, DEFAULT_SYNC_INTERVAL)
         );
         let exact = StoreArgs {
             sync: Some("exact".into()),
             sync_interval: Some("250ms".into()),
             ..args
         };
-        assert_eq!(resolve(&exact, StoreFile::default()), None);
+        // Limits that say `sync: async` still sync at the interval.
+        assert_eq!(
+            resolve(&exact, StoreFile::default()),
+            (SyncMode::Exact, Duration::from_millis(250))
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Building the store of `serve` and `gateway`: the memory store, or a
 //! shared Redis store under its `--on-store-error` policy with a local
-//! memory store beside it, with local copies in front of it in async sync
-//! mode ([`synced`], whose batches [`sync_loop`] sends); and the
-//! housekeeping every memory store needs.
+//! memory store beside it, always behind the sync mode's store
+//! ([`synced`], whose batches [`sync_loop`] sends), which decides locally
+//! the limits in async mode (all of them under `--sync async`, those that
+//! say `sync: async` under `exact`) and passes every other request to
+//! Redis; and the housekeeping every memory store needs.
 //!
 //! `serve`'s snapshots are its own (`serve::snapshot`); everything else
 //! about the store is built here, once, for both subcommands.
@@ -16,6 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::task::JoinHandle;
 use tollgate_core::time::SystemClock;
+use tollgate_core::SyncMode;
 use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
 use tollgate_redis::{Engine, RedisConfig, RedisStore};
 use tollgate_server::guarded::Guarded;
@@ -107,12 +110,16 @@ pub fn housekeeping(
     })
 }
 
-/// The async sync mode's store on Redis: local copies in front of the
-/// Redis store under its failure policy.
+/// The store on Redis: local copies of the limits in async mode in front
+/// of the Redis store under its failure policy, which decides the rest.
 pub type Synced = SyncStore<RedisStore, Guarded<RedisStore>>;
 
-/// `store`'s local copies, synced every `interval` once [`sync_loop`] runs.
-pub fn synced(store: Guarded<RedisStore>, interval: Duration) -> Synced {
+/// `store` behind local copies of the limits in async mode (`mode` for a
+/// limit that does not say), synced every `interval` once [`sync_loop`]
+/// runs. Under `exact` a request names no async limit unless a rule or an
+/// inline limit says `sync: async`, and it goes to Redis as it would
+/// without the copies (a sync with nothing to send sends nothing).
+pub fn synced(store: Guarded<RedisStore>, mode: SyncMode, interval: Duration) -> Synced {
     let redis = store.primary().clone();
     SyncStore::new(
         redis,
@@ -120,6 +127,7 @@ pub fn synced(store: Guarded<RedisStore>, interval: Duration) -> Synced {
         Arc::new(SystemClock::new()),
         SyncConfig {
             interval,
+            mode,
             ..SyncConfig::default()
         },
     )
