@@ -58,23 +58,23 @@ pub trait OverrideSink: Send + Sync + 'static {
 
 /// The change script: `KEYS[1]` the domain's hash, `KEYS[2]` the versions
 /// hash; `ARGV` the domain, the descriptor's key, the channel, and the
-/// limit's text (absent: remove). Returns the domain's new version, or
-/// the old one when a removal found nothing.
+/// limit's text (absent: remove). Returns the domain's new version (or
+/// the old one when a removal found nothing), whether anything changed,
+/// and whether a put replaced an override (1) or added one (0).
 const CHANGE: &str = r"
-local changed
+local changed, replaced = true, 0
 if ARGV[4] then
-  redis.call('HSET', KEYS[1], ARGV[2], ARGV[4])
-  changed = true
+  replaced = 1 - redis.call('HSET', KEYS[1], ARGV[2], ARGV[4])
 else
   changed = redis.call('HDEL', KEYS[1], ARGV[2]) == 1
 end
 if not changed then
-  return {tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'), 0}
+  return {tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'), 0, 0}
 end
 local version = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 local v = tostring(version)
 redis.call('PUBLISH', ARGV[3], #v .. ':' .. v .. #ARGV[1] .. ':' .. ARGV[1] .. ARGV[2])
-return {version, 1}
+return {version, 1, replaced}
 ";
 
 /// Reads a domain's version and every override it has, in pages of this
@@ -99,16 +99,18 @@ impl RedisStore {
     }
 
     /// Sets `domain`'s override for the descriptor `key` to the limit
-    /// `text`, for every instance; the domain's new version.
+    /// `text`, for every instance; the domain's new version, and whether
+    /// it replaced an override (as Redis holds it, whatever this
+    /// instance's copy of the table has seen yet).
     pub async fn put_override(
         &self,
         domain: &str,
         key: &[u8],
         text: &str,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u64, bool), StoreError> {
         self.change_override(domain, key, Some(text))
             .await
-            .map(|(v, _)| v)
+            .map(|(v, _, replaced)| (v, replaced))
     }
 
     /// Removes `domain`'s override for the descriptor `key`, for every
@@ -116,7 +118,7 @@ impl RedisStore {
     pub async fn remove_override(&self, domain: &str, key: &[u8]) -> Result<bool, StoreError> {
         self.change_override(domain, key, None)
             .await
-            .map(|(_, changed)| changed)
+            .map(|(_, changed, _)| changed)
     }
 
     async fn change_override(
@@ -124,7 +126,7 @@ impl RedisStore {
         domain: &str,
         key: &[u8],
         text: Option<&str>,
-    ) -> Result<(u64, bool), StoreError> {
+    ) -> Result<(u64, bool, bool), StoreError> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(CHANGE)
             .arg(2)
@@ -136,8 +138,8 @@ impl RedisStore {
         if let Some(text) = text {
             cmd.arg(text);
         }
-        let (version, changed): (u64, u8) = self.bounded(self.command(cmd)).await?;
-        Ok((version, changed == 1))
+        let (version, changed, replaced): (u64, u8, u8) = self.bounded(self.command(cmd)).await?;
+        Ok((version, changed == 1, replaced == 1))
     }
 
     /// Every domain's version.

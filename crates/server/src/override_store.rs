@@ -17,8 +17,9 @@ pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError
 /// A shared home for runtime overrides.
 pub trait OverrideBackend: Send + Sync + 'static {
     /// Sets `domain`'s override for the descriptor `key` (its entries,
-    /// length-prefixed) to the limit `text`, already validated.
-    fn put<'a>(&'a self, domain: &'a str, key: &'a [u8], text: &'a str) -> BackendFuture<'a, ()>;
+    /// length-prefixed) to the limit `text`, already validated; whether it
+    /// replaced an override there.
+    fn put<'a>(&'a self, domain: &'a str, key: &'a [u8], text: &'a str) -> BackendFuture<'a, bool>;
 
     /// Removes `domain`'s override for the descriptor `key`; whether there
     /// was one.

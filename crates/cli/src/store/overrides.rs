@@ -47,8 +47,11 @@ impl OverrideSink for TableSink {
 pub struct RedisBackend(pub RedisStore);
 
 impl OverrideBackend for RedisBackend {
-    fn put<'a>(&'a self, domain: &'a str, key: &'a [u8], text: &'a str) -> BackendFuture<'a, ()> {
-        Box::pin(async move { self.0.put_override(domain, key, text).await.map(|_| ()) })
+    fn put<'a>(&'a self, domain: &'a str, key: &'a [u8], text: &'a str) -> BackendFuture<'a, bool> {
+        Box::pin(async move {
+            let (_, replaced) = self.0.put_override(domain, key, text).await?;
+            Ok(replaced)
+        })
     }
 
     fn remove<'a>(&'a self, domain: &'a str, key: &'a [u8]) -> BackendFuture<'a, bool> {

@@ -186,11 +186,18 @@ pub(crate) async fn put<H: Host>(
     let invalid =
         |e: tollgate_rules::RulesError| ApiError::bad_request("invalid_override", e.to_string());
     OverrideTable::validate(&domain, &text).map_err(invalid)?;
-    if let Some(backend) = app.backend() {
-        let key = entries_key(&entries);
-        shared(&app, backend.put(&domain, &key, &text).await)?;
-    }
-    let replaced = app.table().put(&domain, &entries, &text).map_err(invalid)?;
+    // On a shared store, whether it replaced one is the store's answer:
+    // this instance's own copy may already hold the change, from the
+    // message the put published.
+    let shared_replaced = match app.backend() {
+        Some(backend) => {
+            let key = entries_key(&entries);
+            Some(shared(&app, backend.put(&domain, &key, &text).await)?)
+        }
+        None => None,
+    };
+    let replaced_here = app.table().put(&domain, &entries, &text).map_err(invalid)?;
+    let replaced = shared_replaced.unwrap_or(replaced_here);
     let status = if replaced {
         StatusCode::OK
     } else {
