@@ -31,6 +31,7 @@ mod over_limit;
 mod overrides;
 mod reply;
 mod script;
+mod slots;
 mod store;
 mod tls;
 

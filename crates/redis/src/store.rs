@@ -26,6 +26,7 @@
 //! over-admission). Reservations across slots are refused.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,7 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::FromRedisValue;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{
@@ -48,6 +49,7 @@ use crate::limits::Limits;
 use crate::over_limit::{self, OverLimitCache};
 use crate::reply::{self, malformed, Words};
 use crate::script::{LEAN_GCRA, SOURCE};
+use crate::slots::SlotMap;
 use crate::tls::{self, TlsError};
 
 /// How the Redis store behaves.
@@ -149,12 +151,60 @@ pub(crate) struct LazyCluster {
     client: ClusterClient,
     live: ArcSwapOption<ClusterConnection>,
     connecting: tokio::sync::Mutex<()>,
+    /// The slot map the sync batches are grouped by, read on first use
+    /// and again after a batch found it stale (see the `slots` module).
+    slots: ArcSwapOption<SlotMap>,
+    slots_stale: AtomicBool,
 }
 
 impl LazyCluster {
     /// Drops the connection; the next call connects again.
-    fn forget(&self) {
+    pub(crate) fn forget(&self) {
         self.live.store(None);
+    }
+
+    /// The map may no longer say which master serves a slot: the next
+    /// [`slot_map`](Self::slot_map) reads it again.
+    pub(crate) fn slots_stale(&self) {
+        self.slots_stale.store(true, Ordering::Relaxed);
+    }
+
+    /// Which master serves each slot: the map read last, or read now
+    /// (`CLUSTER SLOTS` on any node) when there is none or it went stale.
+    /// A stale map that cannot be read again is used as it is (some keys
+    /// then fail on their own and go again).
+    pub(crate) async fn slot_map(&self) -> Result<Arc<SlotMap>, StoreError> {
+        let known = self.slots.load_full();
+        if let Some(known) = &known {
+            if !self.slots_stale.load(Ordering::Relaxed) {
+                return Ok(Arc::clone(known));
+            }
+        }
+        let read = async {
+            let mut connection = self.get().await?;
+            let mut command = redis::cmd("CLUSTER");
+            command.arg("SLOTS");
+            let reply = connection
+                .route_command(
+                    command,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                )
+                .await
+                .map_err(unavailable)?;
+            SlotMap::parse(&reply).ok_or_else(|| {
+                StoreError::Unavailable(format!("tollgate: CLUSTER SLOTS answered {reply:?}"))
+            })
+        };
+        match (read.await, known) {
+            (Ok(map), _) => {
+                let map = Arc::new(map);
+                self.slots.store(Some(Arc::clone(&map)));
+                self.slots_stale.store(false, Ordering::Relaxed);
+                Ok(map)
+            }
+            (Err(_), Some(known)) => Ok(known),
+            (Err(error), None) => Err(error),
+        }
     }
 
     pub(crate) async fn get(&self) -> Result<ClusterConnection, StoreError> {
@@ -234,6 +284,8 @@ impl RedisStore {
                     client,
                     live: ArcSwapOption::empty(),
                     connecting: tokio::sync::Mutex::new(()),
+                    slots: ArcSwapOption::empty(),
+                    slots_stale: AtomicBool::new(false),
                 }))
             }
         };

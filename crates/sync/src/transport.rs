@@ -29,10 +29,13 @@ pub type Value = Option<Vec<u8>>;
 /// The shared store as the sync mode talks to it.
 pub trait Transport: Send + Sync + 'static {
     /// Records every exchange's usage and then reads its state, all in one
-    /// batch (one pipeline per node on Redis). The outer error is an
-    /// outage (nothing can be said of what was recorded: the caller sends
-    /// it again, which may count it twice, never zero times); an inner one
-    /// is that key's alone, nothing of its usage recorded.
+    /// batch (one pipeline per server on Redis, per master on a cluster).
+    /// The outer error is an outage (nothing can be said of what was
+    /// recorded: the caller sends it again, which may count it twice, never
+    /// zero times); an inner one is that key's alone (its state unreadable,
+    /// its engine unable to record it, or its node down: on a cluster a
+    /// failed master fails its own keys), and the same holds of it: the
+    /// caller keeps its usage and sends it again.
     fn exchange(
         &self,
         batch: &[Exchange<'_>],
