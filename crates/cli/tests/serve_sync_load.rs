@@ -124,7 +124,7 @@ fn many_keys(thread: usize, answers: &[Answer]) -> Option<(usize, usize)> {
 /// batch of each has left after every decision so far and come back: two
 /// more batches each (the first may have left before the last decision),
 /// each made to carry something by a peek (cost 0, which counts nothing)
-/// at key 0, which holds usage (a fresh copy would just be dropped).
+/// at key 0.
 fn max_lag(servers: &[Server], n: u64, at_ms: u64) -> Duration {
     let mut peek = body(0, n, at_ms);
     peek["cost"] = json!(0);
@@ -154,29 +154,18 @@ fn max_lag(servers: &[Server], n: u64, at_ms: u64) -> Duration {
 /// At a decision at `t`, `i`'s copy holds every other instance's usage up
 /// to that instance's last batch before the copy was read, so it misses
 /// at most what the others admitted after `r − L`, `r` the instant the
-/// copy was read. For a key `i` uses all the time that is the last batch,
-/// `r ≥ t − L`, hence the span `2L` of docs/semantics.md. A copy is only
-/// read again by a batch after a use, so in general `r` is after the
-/// latest decision of `i` on the key at or before `t − 2L` (a batch left
-/// after it and, since no lag exceeds `L`, came back by `t`), or after
-/// `i`'s first request on the key (read on first use). With only the
-/// client's instants known, a decision lies between its request's send
-/// and answer: the span starts `L` before the send of `i`'s latest request
-/// answered by `sent − 2L` (its first request when there is none), and
-/// every other instance's admission whose request overlaps the span
-/// counts. This is the most `i` could miss; the true last admission is
-/// among those taken, so the maximum over all of them bounds the total.
+/// copy was read. A copy in use is read by every batch, and one nobody
+/// asked about for a while is read again before it decides, so `r ≥ t −
+/// L`: the span `2L` of docs/semantics.md. With only the client's instants
+/// known, a decision lies between its request's send and answer: the span
+/// starts `2L` before the send, and every other instance's admission
+/// whose request overlaps it counts. This is the most `i` could miss; the
+/// true last admission is among those taken, so the maximum over all of
+/// them bounds the total.
 fn bound(answers: &[Answer], n: u64, lag: Duration) -> (u64, u64) {
     let mut most_missed = 0;
     for a in answers.iter().filter(|a| a.admitted) {
-        let mine = || answers.iter().filter(|p| p.instance == a.instance);
-        let first = mine().map(|p| p.sent).min().unwrap();
-        let read_after = mine()
-            .filter(|p| p.answered + 2 * lag <= a.sent)
-            .map(|p| p.sent)
-            .max()
-            .unwrap_or(first);
-        let start = read_after.checked_sub(lag).unwrap_or(read_after);
+        let start = a.sent.checked_sub(2 * lag).unwrap_or(a.sent);
         let missed = answers
             .iter()
             .filter(|o| o.instance != a.instance && o.admitted)

@@ -8,13 +8,15 @@
 //! - Every decision after that is local: the core decides on the copy, and
 //!   an admitted cost is counted in the copy and kept as pending usage.
 //! - Every interval ([`SyncStore::sync`], run by [`SyncStore::spawn`]), one
-//!   batch carries every touched key's pending usage (a key asked about
-//!   since the last batch, used or not) to the shared store,
-//!   which records it at its instants (even over the limit: nothing
+//!   batch carries the pending usage of every key asked about in the last
+//!   few batches ([`SyncConfig::refresh_idle`]; used or not) to the shared
+//!   store, which records it at its instants (even over the limit: nothing
 //!   admitted is lost), and brings back each key's global state, which
 //!   replaces the copy, with the usage admitted here since the batch left
-//!   counted on it again. Keys nobody touched are not sent; a copy is
-//!   dropped once its state is as good as fresh and it has nothing to send.
+//!   counted on it again. So a copy in use is never older than one batch.
+//!   A key nobody asked about for longer is not sent: its copy goes stale,
+//!   is read again before its next use, and is dropped once its state is
+//!   as good as fresh and it has nothing to send.
 //! - While the shared store is unreachable, decisions stay local (marked
 //!   degraded), unsent usage stays within a bound per key (coalesced at
 //!   the later instant past it: held longer, never less) and goes with the

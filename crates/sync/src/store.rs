@@ -42,6 +42,14 @@ pub struct SyncConfig {
     /// up to this much longer, never less. The windows' usage coalesces
     /// per window (or step) whatever this says, exactly.
     pub coalesce: Duration,
+    /// How many batches in a row still read a copy nobody asked about
+    /// (default 10: a second at the default interval), so that it stays
+    /// as fresh as a used one and its next use needs no round trip. After
+    /// them the copy is stale: read again before its next use (decided
+    /// on as it is only when that read fails), dropped once its state is
+    /// as good as fresh. Zero: only the keys asked about since the last
+    /// batch are read.
+    pub refresh_idle: u32,
     /// The mode of a limit that does not say ([`Limit::sync`]): the
     /// process's `--sync` (default `async`). Under `exact`, only limits
     /// that say `sync: async` are decided locally, and the store's clock
@@ -57,6 +65,7 @@ impl Default for SyncConfig {
             max_keys: 1_000_000,
             max_pending: 1_024,
             coalesce: Duration::from_millis(10),
+            refresh_idle: 10,
         }
     }
 }
@@ -266,9 +275,9 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
     /// each batch that reaches the shared store (or has nothing to send),
     /// the time since the previous such batch left, the lag just before
     /// this one brought the newer state back; the largest of them: the
-    /// `L` of the bound in docs/semantics.md. (A copy is only read again
-    /// by a batch after a use: a key used again after a pause is decided
-    /// on an older state for a while, as the bound says.)
+    /// `L` of the bound in docs/semantics.md. (Every batch reads the copies
+    /// asked about in its last [`SyncConfig::refresh_idle`] batches; an
+    /// older copy is read again before it decides.)
     pub fn max_lag(&self) -> Duration {
         Duration::from_nanos(self.inner.max_lag.load(Ordering::Relaxed))
     }
@@ -307,10 +316,11 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
         })
     }
 
-    /// One batch: every touched key's pending usage to the shared store,
-    /// its global state back into the copy. Returns how many keys went;
-    /// an error when the batch did not get through (its usage goes with
-    /// the next one). Copies as good as fresh with nothing to send are
+    /// One batch: the pending usage of every key asked about in the last
+    /// [`SyncConfig::refresh_idle`] batches to the shared store, its
+    /// global state back into the copy. Returns how many keys went; an
+    /// error when the batch did not get through (its usage goes with the
+    /// next one). Stale copies as good as fresh with nothing to send are
     /// dropped first.
     pub async fn sync(&self) -> Result<usize, StoreError> {
         let _one_at_a_time = self.inner.syncing.lock().await;
@@ -322,7 +332,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             for (limit, table) in &mut local.tables {
                 table.sweep(started);
                 keys.clear();
-                table.send(&mut keys);
+                table.send(self.inner.config.refresh_idle, &mut keys);
                 sent.extend(keys.drain(..).map(|(key, usage)| (*limit, key, usage)));
             }
             local.tables.retain(|_, t| t.len() > 0);
@@ -396,9 +406,10 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
         }
     }
 
-    /// Makes sure every (limit, key) of `requests` has a local copy,
-    /// reading the missing ones from the shared store in one exchange (a
-    /// fresh copy, degraded, when it cannot be reached). `false` when the
+    /// Makes sure every (limit, key) of `requests` has a live local copy,
+    /// reading the missing and stale ones from the shared store in one
+    /// exchange (when it cannot be reached: a stale copy as it is, else a
+    /// fresh one, degraded). `false` when the
     /// copies would pass [`SyncConfig::max_keys`]: the request goes exact.
     async fn load(&self, requests: &[LimitKey<'_>], now: u64) -> Result<bool, StoreError> {
         let missing: Vec<(Limit, Vec<u8>)> = {
@@ -406,7 +417,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             let mut missing: Vec<(Limit, Vec<u8>)> = Vec::new();
             for request in requests {
                 let table = local.table(request.limit, &self.inner.config)?;
-                if !table.has(request.key)
+                if table.needs_read(request.key)
                     && !missing
                         .iter()
                         .any(|(l, k)| l == request.limit && k == request.key)
@@ -454,10 +465,13 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                 }
                 Err(StoreError::Limit(error)) => failure = Some(StoreError::Limit(error)),
                 Err(_) => {
-                    // Unreachable: decide from a fresh copy; the next batch
-                    // that gets through brings the global state.
+                    // Unreachable: decide from the stale copy, or from a
+                    // fresh one; the next batch that gets through brings
+                    // the global state.
                     self.inner.outage.store(true, Ordering::Relaxed);
-                    table.install(key, None).ok();
+                    if !table.has(key) {
+                        table.install(key, None).ok();
+                    }
                 }
             }
         }

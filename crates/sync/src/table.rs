@@ -33,14 +33,23 @@ struct Entry<S> {
     /// Asked about since the last batch left: its state comes back with
     /// the next one, used or not.
     touched: bool,
+    /// Batches in a row that left while nobody asked about the key; they
+    /// still read its state while fewer than the table's `keep`.
+    idle: u32,
+    /// The last batch did not read the state (the key idle for `keep`
+    /// batches): it is read again before its next use.
+    stale: bool,
 }
 
 /// One limit's local copies behind an object-safe interface.
 pub(crate) trait AnyTable: Send {
     /// How many keys the table holds.
     fn len(&self) -> usize;
-    /// Whether `key` has a local copy.
+    /// Whether `key` has a local copy (maybe stale).
     fn has(&self, key: &[u8]) -> bool;
+    /// Whether `key` must be read from the shared store before it is
+    /// decided on: it has no copy, or a stale one.
+    fn needs_read(&self, key: &[u8]) -> bool;
     /// The largest cost a request may ask for.
     fn capacity(&self) -> u64;
     /// The decision for `cost` at `now` without changing anything but the
@@ -53,12 +62,15 @@ pub(crate) trait AnyTable: Send {
     fn record(&mut self, key: &[u8], at: u64, cost: u64) -> u64;
     /// The earliest instant at or after `now` at which `cost` fits.
     fn next_available(&mut self, key: &[u8], now: u64, cost: u64) -> u64;
-    /// A first copy of `key` from the shared store's `value` (`None`: the
-    /// key holds no state there); nothing when the key has a copy already.
+    /// A copy of `key` from the shared store's `value` (`None`: the key
+    /// holds no state there), in place of a stale one (with the usage
+    /// admitted since counted on it); nothing when the key has a live copy
+    /// already.
     fn install(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), ValueError>;
-    /// Moves every touched key's pending usage in flight; appends each
-    /// such key and its usage (maybe none) to `out`.
-    fn send(&mut self, out: &mut Vec<(Vec<u8>, Vec<Usage>)>);
+    /// Moves the pending usage of every key asked about in the last `keep`
+    /// batches in flight; appends each such key and its usage (maybe none)
+    /// to `out`. The others' copies go stale.
+    fn send(&mut self, keep: u32, out: &mut Vec<(Vec<u8>, Vec<Usage>)>);
     /// The batch reached the shared store: the key's copy becomes the
     /// global state `value` with the usage admitted since the batch left
     /// counted on it again.
@@ -66,8 +78,8 @@ pub(crate) trait AnyTable: Send {
     /// The batch did not reach it: the key's usage in flight goes back in
     /// front of its pending usage, to go with the next batch.
     fn restore(&mut self, key: &[u8]);
-    /// Drops the copies that are as good as fresh at `now` and hold no
-    /// usage to send; how many were dropped.
+    /// Drops the stale copies that are as good as fresh at `now` and hold
+    /// no usage to send; how many were dropped.
     fn sweep(&mut self, now: u64) -> usize;
     /// Drops `key`'s copy and its unsent usage; whether it had one.
     fn forget(&mut self, key: &[u8]) -> bool;
@@ -106,6 +118,8 @@ impl<F: Format + Copy> Table<F> {
             pending: Vec::new(),
             in_flight: Vec::new(),
             touched: false,
+            idle: 0,
+            stale: false,
         })
     }
 
@@ -136,6 +150,10 @@ where
 
     fn has(&self, key: &[u8]) -> bool {
         self.entries.contains_key(key)
+    }
+
+    fn needs_read(&self, key: &[u8]) -> bool {
+        self.entries.get(key).is_none_or(|entry| entry.stale)
     }
 
     fn capacity(&self) -> u64 {
@@ -192,10 +210,21 @@ where
     }
 
     fn install(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), ValueError> {
-        if self.entries.contains_key(key) {
+        let format = self.format;
+        if let Some(entry) = self.entries.get_mut(key) {
+            if !entry.stale {
+                return Ok(());
+            }
+            let mut state = decode_value(&format, value)?;
+            for usage in entry.in_flight.iter().chain(&entry.pending) {
+                format.record(&mut state, usage.at, usage.cost);
+            }
+            entry.state = state;
+            entry.stale = false;
+            entry.touched = true;
             return Ok(());
         }
-        let state = decode_value(&self.format, value)?;
+        let state = decode_value(&format, value)?;
         self.entries.insert(
             key.to_vec(),
             Entry {
@@ -203,14 +232,21 @@ where
                 pending: Vec::new(),
                 in_flight: Vec::new(),
                 touched: true,
+                idle: 0,
+                stale: false,
             },
         );
         Ok(())
     }
 
-    fn send(&mut self, out: &mut Vec<(Vec<u8>, Vec<Usage>)>) {
+    fn send(&mut self, keep: u32, out: &mut Vec<(Vec<u8>, Vec<Usage>)>) {
         for (key, entry) in &mut self.entries {
-            if entry.pending.is_empty() && !entry.touched {
+            let used = entry.touched || !entry.pending.is_empty();
+            entry.idle = if used { 0 } else { entry.idle.saturating_add(1) };
+            if !used && (entry.idle > keep || entry.stale) {
+                // Nobody asked for `keep` batches: not read any more, the
+                // copy ages; its next use reads it first.
+                entry.stale = true;
                 continue;
             }
             entry.touched = false;
@@ -236,6 +272,7 @@ where
         }
         entry.state = state;
         entry.in_flight.clear();
+        entry.stale = false;
         Ok(())
     }
 
@@ -249,7 +286,8 @@ where
         let algorithm = self.format.algorithm();
         let before = self.entries.len();
         self.entries.retain(|_, entry| {
-            !entry.pending.is_empty()
+            !entry.stale
+                || !entry.pending.is_empty()
                 || !entry.in_flight.is_empty()
                 || algorithm.expires_at(&entry.state) > now
         });

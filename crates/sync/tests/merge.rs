@@ -30,6 +30,7 @@ const EXACT: SyncConfig = SyncConfig {
     max_keys: 1_000_000,
     max_pending: 1_024,
     coalesce: Duration::ZERO,
+    refresh_idle: 10,
     mode: SyncMode::Async,
 };
 
@@ -402,8 +403,9 @@ fn several_limits_are_all_or_nothing() {
     );
 }
 
-/// Past `max_keys`, new keys are decided by the exact store; copies that
-/// are as good as fresh and have nothing to send are dropped.
+/// Past `max_keys`, new keys are decided by the exact store; copies nobody
+/// asked about for `refresh_idle` batches that are as good as fresh and
+/// have nothing to send are dropped.
 #[test]
 fn copies_are_bounded_and_dropped_when_fresh() {
     let remote = Arc::new(Remote::default());
@@ -430,8 +432,14 @@ fn copies_are_bounded_and_dropped_when_fresh() {
     now(a.sync()).unwrap();
     assert_eq!(a.stats().keys, 2, "still live");
     clock.advance(Duration::from_secs(2));
+    for _ in 0..10 {
+        assert_eq!(now(a.sync()).unwrap(), 2, "idle, still read");
+        assert_eq!(a.stats().keys, 2, "expired, but read by the batches");
+    }
+    // Stale now: the next batch reads neither and drops them.
+    assert_eq!(now(a.sync()).unwrap(), 0);
     now(a.sync()).unwrap();
-    assert_eq!(a.stats().keys, 0, "expired and synced: dropped");
+    assert_eq!(a.stats().keys, 0, "expired and stale: dropped");
 }
 
 /// `max_lag` is the longest span from a batch that got through leaving to
@@ -459,9 +467,10 @@ fn the_longest_lag_runs_from_a_batch_leaving_to_the_next_coming_back() {
         .push(Box::new(move || on_its_way.advance(ms(30))));
     assert_eq!(now(a.sync()).unwrap(), 1);
     assert_eq!(a.max_lag(), ms(130));
-    // Nothing to send at +200 ms: the lag it ends, 100 ms, is shorter.
+    // Only a read at +200 ms, back at once: the lag it ends, 100 ms, is
+    // shorter.
     clock.advance(ms(70));
-    assert_eq!(now(a.sync()).unwrap(), 0);
+    assert_eq!(now(a.sync()).unwrap(), 1);
     assert_eq!(a.max_lag(), ms(130));
     // Down from +250 ms to +650 ms: the batch that gets through there ends
     // a lag that began when the one at +200 ms left.
@@ -476,4 +485,90 @@ fn the_longest_lag_runs_from_a_batch_leaving_to_the_next_coming_back() {
     assert_eq!(now(a.sync()).unwrap(), 1);
     assert_eq!(a.max_lag(), ms(450));
     assert_eq!(a.stats().max_lag, ms(450));
+}
+
+/// A bucket that never refuses is as good as fresh again a moment after
+/// each use. Its copy stays while it is in use (read by every batch), so
+/// a use after a batch without one needs no read of its own.
+#[test]
+fn a_bucket_that_never_refuses_keeps_its_copy_between_uses() {
+    let limit = Limit::new(AlgorithmName::TokenBucket, Rate::per_second(1000).unwrap());
+    let remote = Arc::new(Remote::default());
+    let clock = clock();
+    let a = instance(&remote, &clock, EXACT);
+    let request = [LimitKey {
+        limit: &limit,
+        key: b"k",
+    }];
+    let ms = Duration::from_millis;
+    assert!(now(a.check(&request, Moment::Now, 1)).unwrap()[0].allowed);
+    clock.advance(ms(100));
+    assert_eq!(now(a.sync()).unwrap(), 1);
+    // A batch with no use of the key since the last one.
+    clock.advance(ms(100));
+    assert_eq!(now(a.sync()).unwrap(), 1, "read again, unused");
+    assert_eq!(a.stats().keys, 1, "the copy stays");
+    clock.advance(ms(100));
+    let exchanges = remote.exchanges.load(Ordering::SeqCst);
+    let decision = now(a.check(&request, Moment::Now, 1)).unwrap()[0];
+    assert!(decision.allowed && decision.asynchronous);
+    assert_eq!(
+        remote.exchanges.load(Ordering::SeqCst),
+        exchanges,
+        "decided on the copy: no round trip"
+    );
+}
+
+/// An instance that pauses on a key decides, when it uses it again, on
+/// the global state of its last batch, never older: the batches of the
+/// pause still read the key, and once `refresh_idle` of them have passed
+/// the copy is stale and read again before it decides. In each case it
+/// admits exactly what the other instance left.
+#[test]
+fn a_copy_used_again_after_a_pause_decides_on_the_state_of_the_last_batch() {
+    let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_minute(20).unwrap());
+    let remote = Arc::new(Remote::default());
+    let clock = clock();
+    let config = SyncConfig {
+        refresh_idle: 2,
+        ..EXACT
+    };
+    let (a, b) = (
+        instance(&remote, &clock, config),
+        instance(&remote, &clock, config),
+    );
+    let request = [LimitKey {
+        limit: &limit,
+        key: b"k",
+    }];
+    let admit = |who: &support::Instance, most: u64| -> u64 {
+        (0..most)
+            .map(|_| u64::from(now(who.check(&request, Moment::Now, 1)).unwrap()[0].allowed))
+            .sum()
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(admit(&a, 1), 1);
+    now(a.sync()).unwrap();
+    // a pauses; b uses 4 and syncs; a's next batch, with no use, still
+    // reads the key.
+    assert_eq!(admit(&b, 4), 4);
+    now(b.sync()).unwrap();
+    clock.advance(ms(100));
+    assert_eq!(now(a.sync()).unwrap(), 1);
+    assert_eq!(admit(&a, 2), 2, "5 + 2 of 20");
+    now(a.sync()).unwrap();
+    // A longer pause: two batches still read the key, the third does not.
+    for read in [1, 1, 0] {
+        clock.advance(ms(100));
+        assert_eq!(now(a.sync()).unwrap(), read);
+    }
+    now(b.sync()).unwrap();
+    assert_eq!(admit(&b, 6), 6, "7 + 6 of 20");
+    now(b.sync()).unwrap();
+    // a's copy is stale: read again first, then exactly the rest.
+    let exchanges = remote.exchanges.load(Ordering::SeqCst);
+    assert_eq!(admit(&a, 20), 7, "13 + 7 of 20");
+    assert_eq!(remote.exchanges.load(Ordering::SeqCst), exchanges + 1);
+    now(a.sync()).unwrap();
+    assert_eq!(remote.recorded_cost(), 20);
 }
