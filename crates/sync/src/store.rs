@@ -23,6 +23,10 @@ use tollgate_state::{format_of, AnyFormat, Format};
 use crate::table::{AnyTable, Table, Usage};
 use crate::transport::{Exchange, Transport};
 
+/// How many keys of a batch's answer are merged under one hold of the
+/// lock.
+const MERGE_SLICE: usize = 512;
+
 /// How the async sync mode runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncConfig {
@@ -151,13 +155,13 @@ impl Local {
         limit: &Limit,
         config: &SyncConfig,
     ) -> Result<&mut Box<dyn AnyTable>, StoreError> {
-        if !self.tables.contains_key(limit) {
-            let table = new_table(limit, config)?;
-            self.tables.insert(*limit, table);
-        }
-        self.tables
-            .get_mut(limit)
-            .ok_or_else(|| StoreError::Unavailable("tollgate: a sync table went missing".into()))
+        // One hash of the limit, whether its table is there or not.
+        Ok(match self.tables.entry(*limit) {
+            std::collections::hash_map::Entry::Occupied(table) => table.into_mut(),
+            std::collections::hash_map::Entry::Vacant(place) => {
+                place.insert(new_table(limit, config)?)
+            }
+        })
     }
 }
 
@@ -357,25 +361,33 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             ))),
             Err(error) => Err(error),
         };
-        let mut local = self.inner.local.lock();
         match result {
             Ok(values) => {
-                for ((limit, key, _), value) in sent.iter().zip(values) {
-                    let Some(table) = local.tables.get_mut(limit) else {
-                        continue;
-                    };
-                    let merged = match value {
-                        Ok(value) => table
-                            .merge(key, value.as_deref())
-                            .map_err(|e| e.to_string()),
-                        Err(error) => {
-                            table.restore(key);
-                            Err(error.to_string())
+                // In slices, each under the lock once, so that decisions
+                // waiting for it are not held up by a whole large batch.
+                let mut values = values.into_iter();
+                for (n, slice) in sent.chunks(MERGE_SLICE).enumerate() {
+                    if n > 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    let mut local = self.inner.local.lock();
+                    for ((limit, key, _), value) in slice.iter().zip(values.by_ref()) {
+                        let Some(table) = local.tables.get_mut(limit) else {
+                            continue;
+                        };
+                        let merged = match value {
+                            Ok(value) => table
+                                .merge(key, value.as_deref())
+                                .map_err(|e| e.to_string()),
+                            Err(error) => {
+                                table.restore(key);
+                                Err(error.to_string())
+                            }
+                        };
+                        if let Err(error) = merged {
+                            self.inner.key_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%error, limit = %limit, "a key's usage was not synced; kept to send again");
                         }
-                    };
-                    if let Err(error) = merged {
-                        self.inner.key_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%error, limit = %limit, "a key's usage was not synced; kept to send again");
                     }
                 }
                 self.inner.outage.store(false, Ordering::Relaxed);
@@ -387,6 +399,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                 Ok(sent.len())
             }
             Err(error) => {
+                let mut local = self.inner.local.lock();
                 for (limit, key, _) in &sent {
                     if let Some(table) = local.tables.get_mut(limit) {
                         table.restore(key);
@@ -491,6 +504,31 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
         degraded
     }
 
+    /// The local decision for one key of one limit whose copy is live: one
+    /// lock, one look-up of the limit and of the key (the common request).
+    /// `None` when the key must be read first.
+    fn decide_one(
+        &self,
+        request: &LimitKey<'_>,
+        now: u64,
+        cost: u64,
+    ) -> Result<Option<Decision>, StoreError> {
+        let decision = {
+            let mut local = self.inner.local.lock();
+            let table = local.table(request.limit, &self.inner.config)?;
+            let capacity = table.capacity();
+            if cost > capacity {
+                return Err(LimitError::CostTooLarge { cost, capacity }.into());
+            }
+            table.decide(request.key, now, cost)
+        };
+        Ok(decision.map(|mut decision| {
+            decision.degraded = self.degraded();
+            decision.asynchronous = true;
+            decision
+        }))
+    }
+
     /// The local decision for `requests` at `now`, all-or-nothing.
     fn decide(
         &self,
@@ -560,6 +598,11 @@ impl<T: Transport, E: Store> Store for SyncStore<T, E> {
             return self.inner.exact.check(requests, at, cost).await;
         }
         let now = self.now(at);
+        if let [request] = requests {
+            if let Some(decision) = self.decide_one(request, now, cost)? {
+                return Ok(vec![decision]);
+            }
+        }
         if !self.load(requests, now).await? {
             return self.inner.exact.check(requests, at, cost).await;
         }

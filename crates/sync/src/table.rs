@@ -57,6 +57,10 @@ pub(crate) trait AnyTable: Send {
     fn evaluate(&mut self, key: &[u8], now: u64, cost: u64) -> Decision;
     /// Counts an admitted `cost` at `now` in the copy and as pending usage.
     fn commit(&mut self, key: &[u8], now: u64, cost: u64);
+    /// [`evaluate`](Self::evaluate) then, when admitted, [`commit`](Self::commit),
+    /// on one look-up of the key; `None` (and nothing changed) when the
+    /// key must be read first ([`needs_read`](Self::needs_read)).
+    fn decide(&mut self, key: &[u8], now: u64, cost: u64) -> Option<Decision>;
     /// Counts `cost` at `at` whatever the limit says, in the copy and as
     /// pending usage; the usage the copy holds afterwards.
     fn record(&mut self, key: &[u8], at: u64, cost: u64) -> u64;
@@ -113,6 +117,14 @@ impl<F: Format + Copy> Table<F> {
 
     fn entry(&mut self, key: &[u8]) -> &mut Entry<<F::Algorithm as Algorithm>::State> {
         let algorithm = self.format.algorithm();
+        if self.entries.contains_key(key) {
+            // The key is copied only when it is new (`entry` wants it
+            // owned).
+            return self
+                .entries
+                .get_mut(key)
+                .unwrap_or_else(|| unreachable!("just looked up"));
+        }
         self.entries.entry(key.to_vec()).or_insert_with(|| Entry {
             state: algorithm.new_state(),
             pending: Vec::new(),
@@ -175,6 +187,23 @@ where
             decision.delay = std::time::Duration::ZERO;
         }
         decision
+    }
+
+    fn decide(&mut self, key: &[u8], now: u64, cost: u64) -> Option<Decision> {
+        let (quantum, max) = (self.quantum, self.max_pending);
+        let algorithm = self.format.algorithm();
+        let entry = self.entries.get_mut(key).filter(|entry| !entry.stale)?;
+        entry.touched = true;
+        let mut decision = algorithm.evaluate(&entry.state, now, cost);
+        if cost == 0 {
+            decision.allowed = true;
+            decision.retry_after = std::time::Duration::ZERO;
+            decision.delay = std::time::Duration::ZERO;
+        } else if decision.allowed {
+            algorithm.commit(&mut entry.state, now, cost);
+            Self::push(&mut entry.pending, Usage { at: now, cost }, quantum, max);
+        }
+        Some(decision)
     }
 
     fn commit(&mut self, key: &[u8], now: u64, cost: u64) {
@@ -242,7 +271,11 @@ where
     fn send(&mut self, keep: u32, out: &mut Vec<(Vec<u8>, Vec<Usage>)>) {
         for (key, entry) in &mut self.entries {
             let used = entry.touched || !entry.pending.is_empty();
-            entry.idle = if used { 0 } else { entry.idle.saturating_add(1) };
+            entry.idle = if used {
+                0
+            } else {
+                entry.idle.saturating_add(1)
+            };
             if !used && (entry.idle > keep || entry.stale) {
                 // Nobody asked for `keep` batches: not read any more, the
                 // copy ages; its next use reads it first.
