@@ -194,7 +194,8 @@ def envoy_hits_fit(body):
         return True
 
     def number(value):
-        if isinstance(value, str) and value.isdigit():
+        # The schema's decimal strings may carry a leading `+`.
+        if isinstance(value, str) and re.fullmatch(r"\+?[0-9]+", value):
             return int(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)

@@ -35,12 +35,41 @@ use std::time::{Duration, Instant};
 /// How long a server may take to start answering.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How many times a server is started on a new port (or, for a restart,
+/// again on its own) when the process exits before it answers: a port
+/// found free can be taken by another test's socket before the server
+/// binds it.
+const START_ATTEMPTS: usize = 5;
+
+/// A cluster node also listens on its port plus this (the cluster bus).
+const CLUSTER_BUS_OFFSET: u16 = 10_000;
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// A free port for a server started with `extra`: for a cluster node, one
+/// whose bus port (port + 10000) exists and is free too. Ports come from
+/// the kernel's ephemeral range, so a bus port can be another test's
+/// client socket; a node that cannot bind it exits at once.
+fn free_port_for(extra: &[String]) -> u16 {
+    if !extra.iter().any(|a| a == "--cluster-enabled") {
+        return free_port();
+    }
+    for _ in 0..1_000 {
+        let port = free_port();
+        let bus_free = port
+            .checked_add(CLUSTER_BUS_OFFSET)
+            .is_some_and(|bus| TcpListener::bind(("127.0.0.1", bus)).is_ok());
+        if bus_free {
+            return port;
+        }
+    }
+    panic!("no free loopback port with a free cluster bus port");
 }
 
 /// Whether a TLS server requires clients to present a certificate
@@ -118,19 +147,25 @@ impl RedisServer {
     ) -> RedisServer {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let listener = listener(dir.path());
-        let port = match listener {
-            Listener::Unix(_) => 0,
-            _ => free_port(),
-        };
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let mut server = RedisServer {
-            port,
+            port: 0,
             child: None,
             dir,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            extra,
             listener,
         };
-        server.spawn();
-        server
+        let mut exits = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            if !matches!(server.listener, Listener::Unix(_)) {
+                server.port = free_port_for(&server.extra);
+            }
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(exit) => exits.push(exit),
+            }
+        }
+        panic!("redis-server never started: {}", exits.join("; "));
     }
 
     /// The `redis-server` arguments that open the listener.
@@ -172,7 +207,9 @@ impl RedisServer {
         args
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process and waits until it answers; `Err` (saying how it
+    /// ended) when it exited first, e.g. because its port was taken.
+    fn spawn(&mut self) -> Result<(), String> {
         let child = Command::new("redis-server")
             .args(self.listener_args())
             .args(["--save", ""])
@@ -187,6 +224,12 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         while !self.answers() {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("at {} it exited ({status})", self.url()));
+                }
+            }
             assert!(
                 Instant::now() < deadline,
                 "redis-server at {} never answered",
@@ -194,6 +237,7 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 
     /// Whether the server answers `PING`.
@@ -269,10 +313,20 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port and directory.
+    /// Starts the server again on the same port and directory (trying
+    /// again when the process exits at once: the port can be held
+    /// briefly by a client's socket).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        let mut exits = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(exit) => exits.push(exit),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("redis-server never restarted: {}", exits.join("; "));
     }
 
     /// The server's working directory.
