@@ -420,8 +420,23 @@ impl Rule {
     }
 }
 
+/// Where key bytes are written: a `Vec` for keys that are kept, a stack
+/// buffer for a key that is only looked up (an override's probe).
+pub(crate) trait KeyBuf {
+    /// Appends `bytes`.
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl KeyBuf for Vec<u8> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
 /// Appends `len:bytes`.
-pub(crate) fn push_part(buf: &mut Vec<u8>, part: &[u8]) {
+#[inline]
+pub(crate) fn push_part<B: KeyBuf + ?Sized>(buf: &mut B, part: &[u8]) {
     let mut digits = [0u8; 20];
     let mut n = part.len();
     let mut at = digits.len();
@@ -433,9 +448,9 @@ pub(crate) fn push_part(buf: &mut Vec<u8>, part: &[u8]) {
             break;
         }
     }
-    buf.extend_from_slice(&digits[at..]);
-    buf.push(b':');
-    buf.extend_from_slice(part);
+    buf.put(&digits[at..]);
+    buf.put(b":");
+    buf.put(part);
 }
 
 /// The id (and metric label) of every override of `domain`: one label per
@@ -461,7 +476,10 @@ pub(crate) fn override_key_prefix(domain: &str) -> Vec<u8> {
 /// Appends each entry's key and value, length-prefixed: the exact
 /// descriptor, unambiguously (an override's key, and its counter key's
 /// end).
-pub(crate) fn write_entries<D: Descriptor + ?Sized>(descriptor: &D, buf: &mut Vec<u8>) {
+pub(crate) fn write_entries<D: Descriptor + ?Sized, B: KeyBuf + ?Sized>(
+    descriptor: &D,
+    buf: &mut B,
+) {
     for i in 0..descriptor.len() {
         let (key, value) = descriptor.entry(i);
         push_part(buf, key.as_bytes());
