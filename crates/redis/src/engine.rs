@@ -169,6 +169,12 @@ pub(crate) fn is_unknown_command(error: &redis::RedisError) -> bool {
     text.contains("unknown command") && text.contains("tollgate.decide")
 }
 
+/// Whether a reply error says the module does not know the operation (a
+/// module of an earlier release asked for a later operation).
+pub(crate) fn is_unknown_operation(error: &redis::RedisError) -> bool {
+    error.to_string().contains("tollgate: unknown operation")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

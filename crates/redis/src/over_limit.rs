@@ -4,11 +4,12 @@
 //!
 //! This is exact for every time-based algorithm: a rejection counts
 //! nothing, and what other instances do in the meantime can only push the
-//! instant later, never earlier. Two things can make a key admissible
-//! sooner — releasing a `concurrency` lease and an administrative reset —
-//! so requests with a `concurrency` limit are never cached and a reset
-//! clears the cache for its key here (other instances keep their entries
-//! until they lapse; see docs/operations.md). Only requests decided on
+//! instant later, never earlier. Three things can make a key admissible
+//! sooner — releasing a `concurrency` lease, an administrative reset and a
+//! settled cost refunded — so requests with a `concurrency` limit are
+//! never cached, and a reset or a refund clears the cache for its key here
+//! (other instances keep their entries until they lapse: an
+//! under-admission, never an over-admission; see docs/operations.md). Only requests decided on
 //! Redis's own clock are cached, and the wait is measured on this
 //! process's monotonic clock from the moment the answer arrived.
 

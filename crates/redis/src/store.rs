@@ -36,6 +36,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::FromRedisValue;
+use tollgate_core::algorithm::Settled;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{
     Decision, LimitError, LimitKey, Moment, MultiReservation, Store, StoreError, StoreStatus,
@@ -491,6 +492,11 @@ impl RedisStore {
                             return Err(script_error(error, cells));
                         }
                     }
+                    // A module of an earlier release, without this
+                    // operation (`settle`): the script decides this call.
+                    Err(error)
+                        if engine::is_unknown_operation(&error)
+                            && self.inner.config.engine != Engine::Module => {}
                     result => return result.map_err(|e| script_error(e, cells)),
                 }
             }
@@ -814,12 +820,14 @@ pub(crate) fn script_error(error: redis::RedisError, cells: &[&Cell]) -> StoreEr
     if text.contains("tollgate: reservation_unsupported") {
         return StoreError::Limit(LimitError::ReservationUnsupported);
     }
-    if text.contains("tollgate: record_unsupported") {
-        if let Some(cell) = cells.first() {
-            return StoreError::Limit(LimitError::Option {
-                option: "record",
-                algorithm: cell.limit.name,
-            });
+    for option in ["record", "settle"] {
+        if text.contains(&format!("tollgate: {option}_unsupported")) {
+            if let Some(cell) = cells.first() {
+                return StoreError::Limit(LimitError::Option {
+                    option,
+                    algorithm: cell.limit.name,
+                });
+            }
         }
     }
     StoreError::Unavailable(text)
@@ -919,6 +927,45 @@ impl Store for RedisStore {
         cell.cost = cost;
         let reply = self.run("record", &[&cell], at, "").await?;
         reply.number(1)
+    }
+
+    /// One atomic call on the key's slot (the script's or the module's
+    /// `settle`). A refund given back may make requests admitted sooner
+    /// than a cached rejection of them says: this process forgets its
+    /// cached rejections on the key (see the `over_limit` module).
+    async fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, StoreError> {
+        // Never before the admission, as in the memory store; a calendar
+        // limit's windows are sent around that instant then.
+        let at = match at {
+            Moment::At(ns) => Moment::At(ns.max(admitted_at)),
+            Moment::Now => Moment::Now,
+        };
+        let plan = self.plan(&[request], 0, at)?;
+        let cell = &plan.cells[0];
+        let words = format!("{admitted_at} {estimate} {actual}");
+        let reply = self.run("settle", &[cell], at, &words).await?;
+        let settled = match reply.number(1)? {
+            0 => Settled::Exact,
+            1 => Settled::Charged,
+            2 => Settled::Refunded { dropped: false },
+            3 => Settled::Refunded { dropped: true },
+            _ => return Err(malformed("a settle outcome was expected")),
+        };
+        if settled == (Settled::Refunded { dropped: false }) {
+            self.inner.over_limit.forget_key(&cell.key);
+        }
+        Ok(settled)
+    }
+
+    fn settles(&self) -> bool {
+        true
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tollgate_core::algorithm::Algorithm;
+use tollgate_core::algorithm::{Algorithm, Settled};
 use tollgate_core::time::Clock;
 use tollgate_core::{
     AlgorithmName, Decision, Limit, LimitError, LimitKey, Moment, MultiReservation, Store,
@@ -664,6 +664,31 @@ impl<T: Transport, E: Store> Store for SyncStore<T, E> {
         let mut local = self.inner.local.lock();
         let table = local.table(request.limit, &self.inner.config)?;
         Ok(table.record(request.key, now, cost))
+    }
+
+    /// Settles in the shared store, exactly, whatever the limit's mode:
+    /// the charge or the refund is one atomic step on the global state,
+    /// which a limit decided locally takes back with the next batch. An
+    /// estimate admitted here and not sent yet is then counted after its
+    /// settle: a charge adds up alike; a refund finds the global state
+    /// without it and gives back at most what that state can take (a full
+    /// bucket, an empty window, a log without the request's mark: then
+    /// `refund_dropped`), so it may be lost but never creates quota.
+    fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        self.inner
+            .exact
+            .settle(request, admitted_at, at, estimate, actual)
+    }
+
+    fn settles(&self) -> bool {
+        self.inner.exact.settles()
     }
 
     fn release(

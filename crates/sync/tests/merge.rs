@@ -572,3 +572,33 @@ fn a_copy_used_again_after_a_pause_decides_on_the_state_of_the_last_batch() {
     now(a.sync()).unwrap();
     assert_eq!(remote.recorded_cost(), 20);
 }
+
+/// A settle goes to the shared store, which counted an exact limit's
+/// estimate: the refund is given back there, and a store that settles
+/// makes the sync store one that settles.
+#[test]
+fn settles_go_to_the_shared_store() {
+    use tollgate_core::algorithm::Settled;
+    let remote = Arc::new(Remote::default());
+    let clock = clock();
+    let config = SyncConfig {
+        mode: SyncMode::Exact,
+        ..SyncConfig::default()
+    };
+    let a = instance(&remote, &clock, config);
+    assert!(a.settles());
+    let limit = Limit::new(AlgorithmName::FixedWindow, Rate::per_minute(5).unwrap());
+    let request = [LimitKey {
+        limit: &limit,
+        key: b"k",
+    }];
+    let at = START + NANOS_PER_SEC;
+    assert!(now(a.check(&request, Moment::At(at), 5)).unwrap()[0].allowed);
+    assert!(!now(a.check(&request, Moment::At(at), 1)).unwrap()[0].allowed);
+    let settled = now(a.settle(request[0], at, Moment::At(at + NANOS_PER_MS), 5, 2)).unwrap();
+    assert_eq!(settled, Settled::Refunded { dropped: false });
+    let after = now(a.check(&request, Moment::At(at + 2 * NANOS_PER_MS), 3)).unwrap()[0];
+    assert!(after.allowed);
+    assert_eq!(after.remaining, 0);
+    assert_eq!(remote.exchanges.load(Ordering::SeqCst), 0);
+}

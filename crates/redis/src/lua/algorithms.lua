@@ -18,7 +18,17 @@
 --                                  cost whatever the limit says and returns
 --                                  the usage held (the core's
 --                                  Algorithm::record); built only for a
---                                  `record` call (RECORDING)
+--                                  `record` or `settle` call (RECORDING)
+--   refund(L, st, admitted_at, now, cost)
+--                                  every algorithm but concurrency: gives
+--                                  back cost of a request admitted at
+--                                  admitted_at; true when it went back,
+--                                  false when dropped (Algorithm::refund)
+--   charge(L, st, admitted_at, now, cost)
+--                                  every algorithm but concurrency: counts
+--                                  cost more for that request, possibly
+--                                  into debt (Algorithm::charge); both
+--                                  built only for a `settle` call
 -- Every number is a bigint (see bigint.lua).
 --
 -- Redis runs the whole script from its top level on every call, so the top
@@ -32,8 +42,10 @@ local LOADERS = {}
 local ALG = {}
 
 -- Whether this call records usage: the loaders define `record` only then,
--- so that a check or a probe builds no function it does not run.
-local RECORDING = ARGV[1] == 'record'
+-- so that a check or a probe builds no function it does not run; and
+-- whether it settles a cost (`refund` and `charge`, which record).
+local SETTLING = ARGV[1] == 'settle'
+local RECORDING = ARGV[1] == 'record' or SETTLING
 
 -- The algorithm called name, built on first use; nil when there is none.
 local function algorithm(name)

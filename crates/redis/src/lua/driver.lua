@@ -4,10 +4,11 @@
 --
 -- KEYS[i]      the hash holding cell i's key (one field per limit)
 -- ARGV[1]      operation: check | probe (check, counting nothing) | reserve
---              | next | record | release | time
+--              | next | record | release | settle | time
 -- ARGV[2]      the instant in ns since the epoch, or '' for Redis TIME
 -- ARGV[3]      extra milliseconds of TTL beyond each state's expiry
--- ARGV[4]      reserve: max wait in ns ('' for none); release: the lease
+-- ARGV[4]      reserve: max wait in ns ('' for none); release: the lease;
+--              settle: "admitted_at estimate actual" (ns, costs)
 -- ARGV[5..]    per cell, three words: field, limit spec, cost
 -- The reply starts with the instant used, as a decimal string.
 --
@@ -286,6 +287,55 @@ local function release()
   return { B.str(now), held and '1' or '0' }
 end
 
+-- Settles a request admitted at admitted_at with cost estimate whose actual
+-- cost is actual, as tollgate-core's Algorithm::settle does, on the one
+-- cell (a ban stands: only the limit's state changes). The instant is never
+-- before the admission. Answers the outcome: 0 exact (nothing changed), 1
+-- charged, 2 refunded, 3 refund dropped (what the request was counted in
+-- no longer counts). Only a charge or a refund given back writes, and it
+-- deletes nothing: like the memory store, which keeps a key's state
+-- however it was settled, it writes the state even when it is as good as
+-- new at `now` (a refund may leave it so), since an out-of-order record
+-- at an earlier instant still counts it; its TTL is at least the grace.
+local function settle()
+  local c = cells[1]
+  local w = words(ARGV[4])
+  if #w ~= 3 then
+    error('tollgate: bad settle words (admitted_at estimate actual)')
+  end
+  local function u64(word, what)
+    local n = number_field(word, what)
+    if B.cmp(n, B.U64_MAX) > 0 then error('tollgate: bad ' .. what .. ': ' .. word) end
+    return n
+  end
+  local admitted = u64(w[1], 'admission instant')
+  local estimate = u64(w[2], 'estimate')
+  local actual = u64(w[3], 'actual cost')
+  if c.A.refund == nil then
+    error('tollgate: settle_unsupported')
+  end
+  now = B.max(now, admitted)
+  local function keep()
+    write(c.key, c.field, B.max(c.A.expires_at(c.L, c.st), B.ONE), function()
+      return c.A.encode(c.L, c.st)
+    end, true)
+  end
+  local order, outcome = B.cmp(actual, estimate), '0'
+  if order > 0 then
+    c.A.charge(c.L, c.st, admitted, now, B.sub(actual, estimate))
+    keep()
+    outcome = '1'
+  elseif order < 0 then
+    if c.A.refund(c.L, c.st, admitted, now, B.sub(estimate, actual)) then
+      keep()
+      outcome = '2'
+    else
+      outcome = '3'
+    end
+  end
+  return { B.str(now), outcome }
+end
+
 if op == 'check' then
   return check(true)
 elseif op == 'probe' then
@@ -298,6 +348,8 @@ elseif op == 'record' then
   return record()
 elseif op == 'release' then
   return release()
+elseif op == 'settle' then
+  return settle()
 elseif op == 'time' then
   return { B.str(now) }
 end

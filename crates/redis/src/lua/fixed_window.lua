@@ -125,5 +125,26 @@ function LOADERS.fixed_window()
     end
   end
 
+  if SETTLING then
+    -- FixedWindow::refund: into the window the request was counted in,
+    -- while the state still holds it and it has not ended; dropped
+    -- otherwise (an admission before every calendar window sent lies in a
+    -- window that ended long ago).
+    function fixed_window.refund(L, st, admitted_at, now, cost)
+      local window = W.index_or_older(L.win, admitted_at)
+      if window == nil or B.cmp(st.window, window) ~= 0
+          or B.cmp(W.index_at(L.win, now), window) > 0 then
+        return false
+      end
+      st.count = B.sub(st.count, cost)
+      return true
+    end
+
+    -- Algorithm::charge's default: recorded at now, in the current window.
+    function fixed_window.charge(L, st, admitted_at, now, cost)
+      return fixed_window.record(L, st, now, cost)
+    end
+  end
+
   return fixed_window
 end

@@ -100,5 +100,23 @@ function LOADERS.gcra()
     end
   end
 
+  if SETTLING then
+    -- Gcra::refund: the TAT moves back by the refunded emission intervals,
+    -- never before now (a full bucket).
+    function gcra.refund(L, st, admitted_at, now, cost)
+      local tn = B.mul(now, L.n)
+      if B.cmp(st.tat, tn) > 0 then
+        st.tat = B.max(B.sub(st.tat, B.mul(cost, L.p)), tn)
+      end
+      return true
+    end
+
+    -- Gcra::charge: taken at the admission, as if the request had cost
+    -- that much: possibly into debt.
+    function gcra.charge(L, st, admitted_at, now, cost)
+      return gcra.record(L, st, admitted_at, cost)
+    end
+  end
+
   return gcra
 end

@@ -97,5 +97,23 @@ function LOADERS.leaky_bucket()
     end
   end
 
+  if SETTLING then
+    -- LeakyBucket::refund: out of the queue at now (or at the last change,
+    -- when later), never below an empty queue.
+    function leaky_bucket.refund(L, st, admitted_at, now, cost)
+      local at = B.max(now, st.last)
+      st.queue = B.sub(level(L, st, at), BUCKET.units(L, cost))
+      st.last = at
+      return true
+    end
+
+    -- LeakyBucket::charge: queued at the admission (or the last change,
+    -- when later), as if the request had cost that much: possibly beyond
+    -- the burst.
+    function leaky_bucket.charge(L, st, admitted_at, now, cost)
+      return leaky_bucket.record(L, st, B.max(admitted_at, st.last), cost)
+    end
+  end
+
   return leaky_bucket
 end

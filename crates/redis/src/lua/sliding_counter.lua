@@ -180,5 +180,30 @@ function LOADERS.sliding_window_counter()
     end
   end
 
+  if SETTLING then
+    -- SlidingWindowCounter::refund: into the window the request was
+    -- counted in while it still weighs in decisions (the current one or,
+    -- weighted, the previous one); dropped once it has ended for good.
+    function sliding_window_counter.refund(L, st, admitted_at, now, cost)
+      local window = W.index_or_older(L.win, admitted_at)
+      if window == nil then return false end
+      local next_window = B.sat64(B.add(window, B.ONE))
+      if B.cmp(W.index_at(L.win, now), next_window) > 0 then return false end
+      if B.cmp(st.window, window) == 0 then
+        st.curr = B.sub(st.curr, cost)
+      elseif B.cmp(next_window, st.window) == 0 then
+        st.prev = B.sub(st.prev, cost)
+      else
+        return false
+      end
+      return true
+    end
+
+    -- Algorithm::charge's default: recorded at now, in the current window.
+    function sliding_window_counter.charge(L, st, admitted_at, now, cost)
+      return sliding_window_counter.record(L, st, now, cost)
+    end
+  end
+
   return sliding_window_counter
 end

@@ -432,5 +432,80 @@ function LOADERS.sliding_window_log()
     end
   end
 
+  if SETTLING then
+    -- The log rewritten as `marks` ({ instant, running total } pairs,
+    -- oldest first; the dropped total stays), with the widths a writer
+    -- picks for it.
+    local function rewrite(L, st, marks)
+      st.lo, st.hi, st.dirty = 1, #marks, false
+      if #marks == 0 then
+        st.wa, st.wt = L.wa, L.wt
+        st.text = header(st)
+        st.off = #st.text
+        return
+      end
+      local newest = marks[#marks]
+      local wa, wt = L.wa, L.wt
+      if B.cmp(B.sub(newest[1], marks[1][1]), LOG_MODULI[wa]) >= 0
+          or B.cmp(B.sub(newest[2], st.dropped), LOG_MODULI[wt]) >= 0 then
+        wa, wt = 3, 3
+      end
+      st.newest_at, st.newest_total, st.wa, st.wt = newest[1], newest[2], wa, wt
+      local parts = { header(st) }
+      for _, m in ipairs(marks) do
+        parts[#parts + 1] = pack_residue(m[1], wa) .. pack_residue(m[2], wt)
+      end
+      st.text = table.concat(parts)
+      st.off = #parts[1]
+    end
+
+    -- RunningTotals::take_at: up to cost off the mark at exactly
+    -- position, the mark removed when nothing is left in it, every later
+    -- running total lowered as much; false (nothing changed) when there
+    -- is no such mark.
+    local function take_at(L, st, position, cost)
+      local i = first_from(st, position)
+      if i > st.hi or B.cmp(at_of(st, i), position) ~= 0 then return false end
+      local own = B.sub(total_of(st, i), total_before(st, i))
+      local taken = B.min(cost, own)
+      local emptied = B.cmp(taken, own) == 0
+      local marks = {}
+      for j = st.lo, st.hi do
+        local total = total_of(st, j)
+        if j >= i then total = B.sub(total, taken) end
+        if j ~= i or not emptied then
+          marks[#marks + 1] = { at_of(st, j), total }
+        end
+      end
+      rewrite(L, st, marks)
+      return true
+    end
+
+    -- The window ending at now, or at the newest mark when later: its
+    -- oldest instant.
+    local function oldest_in_play(L, st, now)
+      local newest = newest_at(st)
+      if newest == nil then newest = now else newest = B.max(newest, now) end
+      return window_start(L, newest)
+    end
+
+    -- SlidingWindowLog::refund: off the request's mark while it is still
+    -- in the window; dropped once it has left, or when its cost was
+    -- folded into a later mark.
+    function sliding_window_log.refund(L, st, admitted_at, now, cost)
+      if B.cmp(admitted_at, oldest_in_play(L, st, now)) < 0 then return false end
+      return take_at(L, st, admitted_at, cost)
+    end
+
+    -- SlidingWindowLog::charge: at the request's mark while it is still in
+    -- the window, as if the request had cost that much; at now once it has
+    -- left.
+    function sliding_window_log.charge(L, st, admitted_at, now, cost)
+      local at = admitted_at
+      if B.cmp(admitted_at, oldest_in_play(L, st, now)) < 0 then at = now end
+      return sliding_window_log.record(L, st, at, cost)
+    end
+  end
+
   return sliding_window_log
 end

@@ -290,5 +290,55 @@ function LOADERS.stepped_window()
     end
   end
 
+  if SETTLING then
+    -- SteppedWindow::oldest_in_play: the oldest step that still counts in
+    -- the window ending at now, or at the newest step when later.
+    local function oldest_in_play(L, st, now)
+      local step = (div_step(L, now))
+      local newest = newest_at(st)
+      if newest ~= nil then step = B.max(newest, step) end
+      return oldest_touching_step(L, step)
+    end
+
+    -- RunningTotals::take_at: up to cost off the mark of `step`, the mark
+    -- removed when nothing is left in it, every later running total
+    -- lowered as much; false (nothing changed) when there is none.
+    local function take_at(st, step, cost)
+      local i = first_from(st, step)
+      if i > len(st) or B.cmp(Packed.get(st.marks, i, AT), step) ~= 0 then return false end
+      local own = B.sub(Packed.get(st.marks, i, TOTAL), total_before(st, i))
+      local taken = B.min(cost, own)
+      local emptied = B.cmp(taken, own) == 0
+      local rows = {}
+      for j, r in ipairs(Packed.rows(st.marks)) do
+        if j ~= i or not emptied then
+          local total = r[TOTAL]
+          if j >= i then total = B.sub(total, taken) end
+          rows[#rows + 1] = { r[AT], total }
+        end
+      end
+      Packed.assign(st.marks, rows)
+      return true
+    end
+
+    -- SteppedWindow::refund: off the request's step while that step is
+    -- still in the window; dropped once it has left.
+    function sw.refund(L, st, admitted_at, now, cost)
+      local step = (div_step(L, admitted_at))
+      if B.cmp(step, oldest_in_play(L, st, now)) < 0 then return false end
+      return take_at(st, step, cost)
+    end
+
+    -- SteppedWindow::charge: in the request's step while that step is
+    -- still in the window, as if the request had cost that much; in now's
+    -- step once it has left.
+    function sw.charge(L, st, admitted_at, now, cost)
+      local step = (div_step(L, admitted_at))
+      local at = admitted_at
+      if B.cmp(step, oldest_in_play(L, st, now)) < 0 then at = now end
+      return sw.record(L, st, at, cost)
+    end
+  end
+
   return sw
 end

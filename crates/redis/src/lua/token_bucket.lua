@@ -122,5 +122,23 @@ function LOADERS.token_bucket()
     end
   end
 
+  if SETTLING then
+    -- TokenBucket::refund: tokens back at now, never above a full bucket
+    -- (`missing` never below zero).
+    function token_bucket.refund(L, st, admitted_at, now, cost)
+      local missing, at = refilled(L, st, now)
+      st.missing = B.sub(missing, BUCKET.units(L, cost))
+      st.last = at
+      return true
+    end
+
+    -- TokenBucket::charge: taken at the admission (or the last refill,
+    -- when later), as if the request had cost that much: possibly into
+    -- debt.
+    function token_bucket.charge(L, st, admitted_at, now, cost)
+      return token_bucket.record(L, st, admitted_at, cost)
+    end
+  end
+
   return token_bucket
 end

@@ -77,6 +77,15 @@ local windows = lazy(function()
     return W.at(win, t).index
   end
 
+  -- The number of the window holding t, or nil when t lies before every
+  -- calendar window sent: a window that ended at least as many windows
+  -- before the call's instant as the call carries (a settled request's
+  -- admission, which only ever needs to know that its window has ended).
+  function W.index_or_older(win, t)
+    if win.p == nil and B.cmp(t, win.starts[1]) < 0 then return nil end
+    return W.index_at(win, t)
+  end
+
   -- The length of window w in ns (at least 1): p for epoch windows.
   function W.len(win, w)
     if win.p ~= nil then return win.p end
