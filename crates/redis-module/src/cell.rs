@@ -5,7 +5,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use tollgate_core::algorithm::{Algorithm, Narrow, Slot, Wide};
+use tollgate_core::algorithm::{Algorithm, Narrow, Settled, Slot, Wide};
 use tollgate_core::Decision;
 
 use tollgate_state::{
@@ -28,6 +28,9 @@ pub(crate) trait Cell {
     fn book(&mut self, now: u64, slot: Slot, cost: u64);
     /// [`Format::record`].
     fn record(&mut self, at: u64, cost: u64) -> Option<u64>;
+    /// [`Algorithm::settle`].
+    fn settle(&mut self, admitted_at: u64, now: u64, estimate: u64, actual: u64)
+        -> Option<Settled>;
     /// [`Algorithm::release`].
     fn release(&mut self, lease: u64) -> bool;
     /// [`Format::forgotten_at`].
@@ -73,6 +76,18 @@ impl<F: Format> Cell for Held<F> {
 
     fn record(&mut self, at: u64, cost: u64) -> Option<u64> {
         self.format.record(&mut self.state, at, cost)
+    }
+
+    fn settle(
+        &mut self,
+        admitted_at: u64,
+        now: u64,
+        estimate: u64,
+        actual: u64,
+    ) -> Option<Settled> {
+        self.format
+            .algorithm()
+            .settle(&mut self.state, admitted_at, now, estimate, actual)
     }
 
     fn release(&mut self, lease: u64) -> bool {

@@ -11,10 +11,11 @@
 //! per limit the hash key, the field naming the limit, and its cost and
 //! spec in one argument (the cost, one space, the spec's words); then one
 //! argument of four words each ended by one space but the last — the
-//! operation (`check`, `probe`, `reserve`, `next`, `record`, `release`),
-//! the instant in ns (empty: the server's clock), the TTL grace in ms, and
-//! the reservation's max wait in ns or the lease to release (empty when
-//! none). Redis spends a few hundred instructions on every argument of a
+//! operation (`check`, `probe`, `reserve`, `next`, `record`, `release`,
+//! `settle`), the instant in ns (empty: the server's clock), the TTL grace
+//! in ms, and the reservation's max wait in ns, the lease to release, or a
+//! settle's `admitted_at estimate actual` (empty when none; the last word
+//! may hold spaces). Redis spends a few hundred instructions on every argument of a
 //! command (reading it into a string, freeing it), which made a
 //! single-limit call of nine separate words dearer than the decision
 //! itself (docs/benchmarks.md, "Redis CPU per decision"); this one has
@@ -212,7 +213,7 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     let count = limits.len();
     if op.single() && count != 1 {
         return Err(Error::Usage(
-            "next, record and release take exactly one limit",
+            "next, record, release and settle take exactly one limit",
         ));
     }
 
@@ -265,6 +266,8 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     }
 
     let outcome = decide::run(op, now, extra, &mut cells)?;
+    // The instant decided at: a settle's is never before its admission.
+    let now = outcome.now;
     for &(i, timeless) in &outcome.changed {
         let place = &places[i];
         let (name, key) = &keys[place.key];
@@ -275,13 +278,13 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
             field: place.field.inner(),
         };
         let cell = &*cells[i].cell;
-        write.store(
-            cell.forgotten_at(),
-            |out| cell.encode(out),
-            now,
-            grace_ms,
-            timeless,
-        );
+        // A kept state is never deleted: as a release's, with an expiry of
+        // at least 1 (driver.lua's `settle`).
+        let (expires, timeless) = match outcome.kept {
+            true => (cell.forgotten_at().max(1), true),
+            false => (cell.forgotten_at(), timeless),
+        };
+        write.store(expires, |out| cell.encode(out), now, grace_ms, timeless);
     }
     for &i in &outcome.bans_changed {
         let (place, planned) = (&places[i], &cells[i]);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use tollgate_core::algorithm::Slot;
+use tollgate_core::algorithm::{Settled, Slot};
 use tollgate_core::{BanRefusal, Decision};
 
 use crate::ban::Banned;
@@ -37,6 +37,9 @@ pub(crate) enum Op {
     Record,
     /// End a `concurrency` lease.
     Release,
+    /// Charge or refund the difference between a request's estimated and
+    /// actual cost.
+    Settle,
 }
 
 impl Op {
@@ -49,13 +52,14 @@ impl Op {
             b"next" => Op::Next,
             b"record" => Op::Record,
             b"release" => Op::Release,
+            b"settle" => Op::Settle,
             _ => return Err(Error::UnknownOperation),
         })
     }
 
     /// Whether the operation takes exactly one cell.
     pub(crate) fn single(self) -> bool {
-        matches!(self, Op::Next | Op::Record | Op::Release)
+        matches!(self, Op::Next | Op::Record | Op::Release | Op::Settle)
     }
 }
 
@@ -113,6 +117,9 @@ pub(crate) type Words = SmallVec<[Word; 16]>;
 /// What a call answers and which states it changed.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
+    /// The instant the operation was decided at, which the writes use:
+    /// the call's, or for a settle never before the admission.
+    pub(crate) now: u64,
     /// The reply: the instant used, then the operation's words.
     pub(crate) reply: Words,
     /// The cells to write back, and whether without an instant (a release
@@ -120,11 +127,19 @@ pub(crate) struct Outcome {
     pub(crate) changed: SmallVec<[(usize, bool); 4]>,
     /// The cells whose ban states to write back.
     pub(crate) bans_changed: SmallVec<[usize; 2]>,
+    /// Whether the changed states are written even when they are as good
+    /// as new (a settle: the memory store keeps a settled state, which an
+    /// out-of-order record at an earlier instant still counts).
+    pub(crate) kept: bool,
 }
 
 /// Runs `op` at `now` over `cells`; `extra` is the reservation's max wait
-/// in ns (empty for none) or the lease to release.
+/// in ns (empty for none), the lease to release, or a settle's words
+/// (`admitted_at estimate actual`).
 pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Result<Outcome, Error> {
+    if op == Op::Settle {
+        return settle(now, extra, single(cells)?);
+    }
     // A recorded call was already made: it counts whatever its cost.
     for planned in cells.iter().filter(|_| op != Op::Record) {
         let capacity = planned.cell.capacity();
@@ -136,9 +151,11 @@ pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Resu
         }
     }
     let mut out = Outcome {
+        now,
         reply: smallvec::smallvec![Word::Number(now)],
         changed: SmallVec::new(),
         bans_changed: SmallVec::new(),
+        kept: false,
     };
     match op {
         Op::Check => check(now, cells, true, &mut out),
@@ -171,6 +188,46 @@ pub(crate) fn run(op: Op, now: u64, extra: &[u8], cells: &mut [Planned]) -> Resu
             }
             out.reply.push(Word::Number(u64::from(held)));
         }
+        Op::Settle => return Err(Error::Usage("settle takes exactly one limit")),
+    }
+    Ok(out)
+}
+
+/// Settles a request admitted at `admitted_at` with cost `estimate` whose
+/// actual cost is `actual` (the words of `extra`), as the core's
+/// [`Algorithm::settle`](tollgate_core::Algorithm::settle) does, at `now`
+/// or at the admission when later; a ban stands. Answers the outcome: 0
+/// exact (nothing changed), 1 charged, 2 refunded, 3 refund dropped; only
+/// a charge or a refund given back writes, and it deletes nothing
+/// ([`Outcome::kept`]). Bad words or a limit that does not settle
+/// (`concurrency`) are errors, and nothing changes.
+fn settle(now: u64, extra: &[u8], c: &mut Planned) -> Result<Outcome, Error> {
+    let mut words = extra.split(|&b| b == b' ').map(parse_u64);
+    let (Some(Some(admitted_at)), Some(Some(estimate)), Some(Some(actual)), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(Error::Bad("settle words (admitted_at estimate actual)"));
+    };
+    let now = now.max(admitted_at);
+    let settled = c
+        .cell
+        .settle(admitted_at, now, estimate, actual)
+        .ok_or(Error::SettleUnsupported)?;
+    let (code, changed) = match settled {
+        Settled::Exact => (0, false),
+        Settled::Charged => (1, true),
+        Settled::Refunded { dropped: false } => (2, true),
+        Settled::Refunded { dropped: true } => (3, false),
+    };
+    let mut out = Outcome {
+        now,
+        reply: smallvec::smallvec![Word::Number(now), Word::Number(code)],
+        changed: SmallVec::new(),
+        bans_changed: SmallVec::new(),
+        kept: true,
+    };
+    if changed {
+        out.changed.push((0, false));
     }
     Ok(out)
 }

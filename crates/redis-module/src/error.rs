@@ -32,6 +32,8 @@ pub(crate) enum Error {
     ReservationUnsupported,
     /// `record` of a `concurrency` limit: leases cannot be merged.
     RecordUnsupported,
+    /// `settle` of a `concurrency` limit: a lease is released, not settled.
+    SettleUnsupported,
     /// A bug: the call panicked (caught before it reached Redis).
     Internal,
 }
@@ -52,6 +54,7 @@ impl fmt::Display for Error {
             ),
             Error::ReservationUnsupported => write!(f, "ERR tollgate: reservation_unsupported"),
             Error::RecordUnsupported => write!(f, "ERR tollgate: record_unsupported"),
+            Error::SettleUnsupported => write!(f, "ERR tollgate: settle_unsupported"),
             Error::Internal => write!(f, "ERR tollgate: internal error (the call panicked)"),
         }
     }

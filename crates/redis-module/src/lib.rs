@@ -12,7 +12,7 @@
 //! - `command`: `TOLLGATE.DECIDE2` and `TOLLGATE.RESET` — arguments, keys,
 //!   writes, TTLs, replication of the effects, the reply; panics caught.
 //! - `decide`: the operations over a call's limits (check, probe, reserve,
-//!   next, record, release), as the script's driver runs them.
+//!   next, record, release, settle), as the script's driver runs them.
 //! - `spec`: a limit's spec words into a ban and an algorithm with its
 //!   state's encoding (the version-1 format is `tollgate-state`'s);
 //!   `specs`: the specs of recent calls, parsed once.
