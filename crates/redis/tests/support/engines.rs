@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tollgate_core::algorithm::Settled;
 use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError};
 use tollgate_redis::{Engine, RedisConfig, RedisStore};
 use tollgate_testkit::RedisServer;
@@ -281,6 +282,27 @@ impl Store for Engines {
             self.module.record(request, at, cost),
         )
         .await
+    }
+
+    async fn settle(
+        &self,
+        request: LimitKey<'_>,
+        admitted_at: u64,
+        at: Moment,
+        estimate: u64,
+        actual: u64,
+    ) -> Result<Settled, StoreError> {
+        self.both(
+            "settle",
+            self.lua.settle(request, admitted_at, at, estimate, actual),
+            self.module
+                .settle(request, admitted_at, at, estimate, actual),
+        )
+        .await
+    }
+
+    fn settles(&self) -> bool {
+        self.lua.settles() && self.module.settles()
     }
 
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
