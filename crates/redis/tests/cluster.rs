@@ -1,7 +1,8 @@
 //! The Redis store on a real Redis Cluster (three masters started by the
 //! test): multi-limit checks on one slot and across slots; a key whose
 //! master is killed is decided again once the master is back, or once its
-//! replica is promoted.
+//! replica is promoted; settles on keys of different masters, each on its
+//! key's slot.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -265,4 +266,54 @@ fn the_module_decides_across_a_failover_on_the_replicas_counters() {
     let promoted = cluster.master_of(&tag(&store, b"erin"));
     assert_ne!(promoted, master);
     assert!(cluster.nodes[promoted].is_running());
+}
+
+/// Settling on a cluster, on each engine: keys on different masters each
+/// take their refund and their charge in one call on their own slot.
+#[test]
+fn settles_land_on_each_key_s_slot_on_both_engines() {
+    use tollgate_core::algorithm::Settled;
+    let cluster = RedisCluster::start_with_module(3, 0);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _context = runtime.enter();
+    let limit = gcra(10);
+    // Keys on at least two masters.
+    let keys: [&[u8]; 4] = [b"ann", b"ben", b"cid", b"dot"];
+    for engine in [tollgate_redis::Engine::Lua, tollgate_redis::Engine::Module] {
+        let config = RedisConfig {
+            engine,
+            key_prefix: format!("settle-{engine}:"),
+            ..patient()
+        };
+        let store = RedisStore::open(&cluster.url().parse().unwrap(), config).unwrap();
+        let masters: std::collections::BTreeSet<usize> = keys
+            .iter()
+            .map(|key| cluster.master_of(&tag(&store, key)))
+            .collect();
+        assert!(masters.len() > 1, "{masters:?}");
+        runtime.block_on(async {
+            for key in keys {
+                let request = LimitKey { limit: &limit, key };
+                let admitted_at = store.now().await.unwrap();
+                let at = Moment::At(admitted_at);
+                assert!(store.check(&[request], at, 8).await.unwrap()[0].allowed);
+                let refund = store.settle(request, admitted_at, at, 8, 3).await;
+                assert_eq!(refund, Ok(Settled::Refunded { dropped: false }), "{engine}");
+                assert_eq!(
+                    store.check(&[request], at, 0).await.unwrap()[0].remaining,
+                    7
+                );
+                let charge = store.settle(request, admitted_at, at, 3, 14).await;
+                assert_eq!(charge, Ok(Settled::Charged), "{engine}");
+                assert_eq!(
+                    store.check(&[request], at, 0).await.unwrap()[0].remaining,
+                    0
+                );
+                assert!(!store.check(&[request], at, 1).await.unwrap()[0].allowed);
+            }
+        });
+    }
 }
