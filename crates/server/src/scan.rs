@@ -30,7 +30,55 @@ use crate::wire::{DecisionRequest, LimitSpec};
 /// `bytes` as a decision request, when it is a plain one (see the module
 /// docs); `None` when serde must read it.
 pub(crate) fn decision_request(bytes: &[u8]) -> Option<DecisionRequest<'_>> {
-    let mut scan = Scanner::new(bytes)?;
+    // Once for the whole body: every string is then a slice of it between
+    // two ASCII quotes, so on character boundaries. A body that is not
+    // UTF-8 is serde's to refuse.
+    let text = std::str::from_utf8(bytes).ok()?;
+    compact_inline(text).or_else(|| any_plain(text))
+}
+
+/// The inline check as serde_json, `JSON.stringify` and the like write it
+/// (`{"key":"…","limit":{"algorithm":"…","rate":"…"}}`, the algorithm
+/// optional), read by matching its fixed parts: no whitespace to skip, no
+/// field names to look up. It reads what [`any_plain`] reads from the same
+/// bytes (a test holds the two together), in about half the instructions.
+fn compact_inline(text: &str) -> Option<DecisionRequest<'_>> {
+    let mut scan = Scanner { text, at: 0 };
+    scan.literal(br#"{"key":""#)?;
+    let key = scan.rest_of_string()?;
+    scan.literal(br#","limit":{""#)?;
+    let algorithm = if scan.literal(br#"algorithm":""#).is_some() {
+        let algorithm = scan.rest_of_string()?;
+        scan.literal(br#","rate":""#)?;
+        Some(Cow::Borrowed(algorithm))
+    } else {
+        scan.literal(br#"rate":""#)?;
+        None
+    };
+    let rate = scan.rest_of_string()?;
+    scan.literal(b"}}")?;
+    scan.end()?;
+    Some(DecisionRequest {
+        key: Some(Cow::Borrowed(key)),
+        limit: Some(LimitSpec {
+            algorithm,
+            rate: Cow::Borrowed(rate),
+            burst: None,
+            step: None,
+            lease_ttl: None,
+            window: None,
+            timezone: None,
+            anchor: None,
+            sync: None,
+        }),
+        ..DecisionRequest::default()
+    })
+}
+
+/// Any plain decision request (see the module docs), read member by
+/// member.
+fn any_plain(text: &str) -> Option<DecisionRequest<'_>> {
+    let mut scan = Scanner { text, at: 0 };
     let mut request = DecisionRequest::default();
     let mut seen = Seen::default();
     scan.object(|scan, name| {
@@ -166,13 +214,6 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    fn new(bytes: &'a [u8]) -> Option<Scanner<'a>> {
-        // Once for the whole body: every string is then a slice of it
-        // between two ASCII quotes, so on character boundaries.
-        let text = std::str::from_utf8(bytes).ok()?;
-        Some(Scanner { text, at: 0 })
-    }
-
     /// Skips JSON whitespace and returns the next byte.
     fn peek(&mut self) -> Option<u8> {
         let bytes = self.text.as_bytes();
@@ -205,9 +246,25 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Takes `bytes` as they are, with no whitespace before them.
+    fn literal(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.at + bytes.len();
+        if self.text.as_bytes().get(self.at..end)? != bytes {
+            return None;
+        }
+        self.at = end;
+        Some(())
+    }
+
     /// A string with no escape and no control character, borrowed.
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
+        self.rest_of_string()
+    }
+
+    /// What is left of a string whose opening quote was taken, as
+    /// [`string`](Self::string) reads it, and its closing quote.
+    fn rest_of_string(&mut self) -> Option<&'a str> {
         let len = plain_len(self.text.as_bytes().get(self.at..)?)?;
         let text = self.text.get(self.at..self.at + len)?;
         self.at += len + 1;
@@ -418,19 +475,67 @@ mod tests {
 
     #[test]
     fn every_prefix_and_every_one_byte_change_of_a_body_agrees_with_serde() {
-        let body =
-            br#"{"key":"user:1","limit":{"algorithm":"gcra","rate":"10/s","burst":20},"cost":2}"#;
-        for end in 0..=body.len() {
-            agrees(&body[..end]);
-        }
-        for at in 0..body.len() {
-            for byte in [
-                b' ', b'"', b'\\', b',', b':', b'{', b'}', b'0', b'9', b'.', b'x', 0,
-            ] {
-                let mut changed = body.to_vec();
-                changed[at] = byte;
-                agrees(&changed);
+        for body in [
+            &br#"{"key":"user:1","limit":{"algorithm":"gcra","rate":"10/s","burst":20},"cost":2}"#
+                [..],
+            br#"{"key":"user:00042","limit":{"algorithm":"gcra","rate":"1000000/s"}}"#,
+            br#"{"key":"k","limit":{"rate":"1/s"}}"#,
+        ] {
+            for end in 0..=body.len() {
+                agrees(&body[..end]);
+                compact_agrees(&body[..end]);
             }
+            for at in 0..body.len() {
+                for byte in [
+                    b' ', b'"', b'\\', b',', b':', b'{', b'}', b'0', b'9', b'.', b'x', 0,
+                ] {
+                    let mut changed = body.to_vec();
+                    changed[at] = byte;
+                    agrees(&changed);
+                    compact_agrees(&changed);
+                }
+            }
+        }
+    }
+
+    /// What the compact reader made of `body` is what the member by
+    /// member one makes of it.
+    fn compact_agrees(body: &[u8]) -> bool {
+        let Ok(text) = std::str::from_utf8(body) else {
+            return false;
+        };
+        match compact_inline(text) {
+            Some(compact) => {
+                assert_eq!(
+                    Some(&compact),
+                    any_plain(text).as_ref(),
+                    "{}",
+                    String::from_utf8_lossy(body)
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn the_compact_inline_check_is_read_by_its_fixed_parts() {
+        let body = br#"{"key":"user:00042","limit":{"algorithm":"gcra","rate":"1000000/s"}}"#;
+        let request = compact_inline(std::str::from_utf8(body).unwrap()).unwrap();
+        assert!(matches!(request.key, Some(Cow::Borrowed("user:00042"))));
+        assert!(compact_agrees(body));
+        assert!(compact_agrees(br#"{"key":"","limit":{"rate":""}}"#));
+        for other in [
+            &br#"{"key":"k","limit":{"rate":"1/s"} }"#[..],
+            br#"{ "key":"k","limit":{"rate":"1/s"}}"#,
+            br#"{"key":"k","limit":{"rate":"1/s","burst":2}}"#,
+            br#"{"key":"k","limit":{"rate":"1/s"},"cost":2}"#,
+            br#"{"limit":{"rate":"1/s"},"key":"k"}"#,
+            br#"{"key":"k","limit":{"rate":"1/s","algorithm":"gcra"}}"#,
+            br#"{"key":"a\"b","limit":{"rate":"1/s"}}"#,
+        ] {
+            assert!(!compact_agrees(other), "{}", String::from_utf8_lossy(other));
+            agrees(other);
         }
     }
 
@@ -528,6 +633,19 @@ mod tests {
 
         #[test]
         fn what_the_scanner_reads_serde_reads_the_same(body in body()) {
+            agrees(body.as_bytes());
+        }
+
+        #[test]
+        fn the_compact_reader_agrees_with_the_member_by_member_one(
+            key in value(),
+            algorithm in proptest::option::of(value()),
+            rate in value(),
+            tail in prop_oneof![Just(""), Just(" "), Just("}"), Just(",")],
+        ) {
+            let algorithm = algorithm.map(|a| format!("\"algorithm\":{a},")).unwrap_or_default();
+            let body = format!("{{\"key\":{key},\"limit\":{{{algorithm}\"rate\":{rate}}}}}{tail}");
+            compact_agrees(body.as_bytes());
             agrees(body.as_bytes());
         }
     }
