@@ -21,6 +21,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use tollgate_core::algorithm::Settled;
+use tollgate_core::policy::QuotaPolicy;
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Store, StoreError};
 use tollgate_rules::check::{denied, limit_name, DescriptorOutcome, Outcome, Plan};
@@ -357,7 +358,7 @@ async fn check_inline<S: Store>(
             shadow_rejected: verdict == Verdict::ShadowRejected,
             ticket: None,
         },
-        applied: vec![AppliedLimit::of(inline_name(limit), limit, decision)],
+        applied: vec![inline_applied(limit, decision)],
         top: Some(decision),
         rejected: verdict == Verdict::Rejected,
         headers: app.settings().headers,
@@ -369,28 +370,49 @@ async fn check_inline<S: Store>(
 /// copied. Clients send the same few limits over and over, and formatting
 /// cost more than the rest of the headers.
 pub fn inline_name(limit: &Limit) -> String {
-    /// Names kept per thread: a client's few limits, without a lock.
+    inline_header(limit).0
+}
+
+/// `limit`'s decision as the headers describe it: its name
+/// ([`inline_name`]) and its policy, both kept per thread.
+fn inline_applied(limit: &Limit, decision: Decision) -> AppliedLimit<'static> {
+    let (name, policy) = inline_header(limit);
+    AppliedLimit {
+        name: name.into(),
+        policy,
+        decision,
+    }
+}
+
+/// What the headers say of an inline limit, its name and its
+/// `RateLimit-Policy` quota: worked out once per limit and thread (the
+/// policy of a bucket or a sliding window takes divisions), the name
+/// copied after.
+fn inline_header(limit: &Limit) -> (String, QuotaPolicy) {
+    /// Limits kept per thread: a client's few limits, without a lock.
     const KEPT: usize = 8;
+    /// A limit, its name and its policy.
+    type Kept = (Limit, String, QuotaPolicy);
     thread_local! {
-        static NAMES: RefCell<(usize, Vec<(Limit, String)>)> =
-            const { RefCell::new((0, Vec::new())) };
+        static NAMES: RefCell<(usize, Vec<Kept>)> = const { RefCell::new((0, Vec::new())) };
     }
     NAMES.with(|names| {
         let Ok(mut names) = names.try_borrow_mut() else {
-            return limit.to_string();
+            return (limit.to_string(), limit.policy());
         };
         let (next, kept) = &mut *names;
-        if let Some((_, name)) = kept.iter().find(|(l, _)| l == limit) {
-            return name.clone();
+        if let Some((_, name, policy)) = kept.iter().find(|(l, _, _)| l == limit) {
+            return (name.clone(), *policy);
         }
         let name = limit.to_string();
+        let policy = limit.policy();
         if kept.len() < KEPT {
-            kept.push((*limit, name.clone()));
+            kept.push((*limit, name.clone(), policy));
         } else {
-            kept[*next] = (*limit, name.clone());
+            kept[*next] = (*limit, name.clone(), policy);
             *next = (*next + 1) % KEPT;
         }
-        name
+        (name, policy)
     })
 }
 
@@ -635,14 +657,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inline_names_are_the_limits_display_form_however_many_limits_come() {
+    fn inline_names_and_policies_are_the_limits_own_however_many_limits_come() {
         for round in 0..3 {
             for n in 1..=20u64 {
-                let mut limit = Limit::new(AlgorithmName::Gcra, Rate::per_second(n).unwrap());
+                let algorithm = if n.is_multiple_of(3) {
+                    AlgorithmName::TokenBucket
+                } else {
+                    AlgorithmName::Gcra
+                };
+                let mut limit = Limit::new(algorithm, Rate::per_second(n).unwrap());
                 if n.is_multiple_of(2) {
                     limit.burst = Some(n + round);
                 }
                 assert_eq!(inline_name(&limit), limit.to_string());
+                let applied = inline_applied(&limit, Decision::default());
+                assert_eq!(
+                    applied,
+                    AppliedLimit::of(limit.to_string(), &limit, Decision::default())
+                );
             }
         }
     }

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::Json;
-use tollgate_core::Store;
+use tollgate_core::{Moment, Store};
 
 use crate::answer::Answer;
 use crate::app::App;
@@ -22,20 +22,54 @@ pub(crate) async fn check<S: Store>(
     State(app): State<App<S>>,
     body: Body,
 ) -> Result<Answer<DecisionBody>, ApiError> {
-    let bytes = read_body(body, app.settings().max_body_bytes).await?;
-    let request = decode_decision(&bytes)?;
-    let started = Instant::now();
-    refuse_field("max_wait_ms", request.max_wait_ms.is_some(), "/v1/reserve")?;
-    refuse_field("lease", request.lease.is_some(), "/v1/release")?;
-    let target = Target::of(&request, app.settings())?;
-    let at = moment(app.settings(), request.at_ms)?;
-    let answer = if request.settle == Some(true) {
-        decide::check_to_settle(&app, &target, at, cost(request.cost)).await
+    let limit = app.settings().max_body_bytes;
+    let check = CheckRequest::of(&app, read_body(body, limit).await?)?;
+    let answer = if check.settle {
+        // Boxed: its future holds a ticket's place and the rules path
+        // besides, and the common check's future (boxed by the router
+        // and copied on every request) need not be that large.
+        Box::pin(decide::check_to_settle(
+            &app,
+            &check.target,
+            check.at,
+            check.cost,
+        ))
+        .await
     } else {
-        decide::check(&app, &target, at, cost(request.cost)).await
+        decide::check(&app, &check.target, check.at, check.cost).await
     };
-    app.metrics().observe_latency("check", started.elapsed());
+    app.metrics()
+        .observe_latency("check", check.started.elapsed());
     answer
+}
+
+/// What `/v1/check` decides, read from its body: the body and the decoded
+/// request, which borrows it, are dropped before the decision is awaited,
+/// so the handler's future does not hold them.
+struct CheckRequest {
+    target: Target,
+    at: Moment,
+    cost: u64,
+    settle: bool,
+    started: Instant,
+}
+
+impl CheckRequest {
+    fn of<S: Store>(app: &App<S>, bytes: Bytes) -> Result<CheckRequest, ApiError> {
+        let request = decode_decision(&bytes)?;
+        let started = Instant::now();
+        refuse_field("max_wait_ms", request.max_wait_ms.is_some(), "/v1/reserve")?;
+        refuse_field("lease", request.lease.is_some(), "/v1/release")?;
+        let target = Target::of(&request, app.settings())?;
+        let at = moment(app.settings(), request.at_ms)?;
+        Ok(CheckRequest {
+            target,
+            at,
+            cost: cost(request.cost),
+            settle: request.settle == Some(true),
+            started,
+        })
+    }
 }
 
 /// `POST /v1/settle`.
