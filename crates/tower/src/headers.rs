@@ -94,6 +94,40 @@ struct Policy {
     /// Where each limit's quoted name (a Structured Field string, which
     /// `RateLimit` repeats) is in `value`.
     names: Vec<Range<usize>>,
+    /// `X-RateLimit-Limit` of the last answers with these limits.
+    limit: KeptNumber,
+    /// `X-RateLimit-Reset` of the last answers with these limits.
+    reset: KeptNumber,
+}
+
+/// A number that the same header of one list of limits repeats from
+/// answer to answer (the limit, a reset a second away), kept as a value
+/// once two answers in a row had it: a kept value is shared, rather than
+/// written, split off and checked again.
+#[derive(Default)]
+struct KeptNumber {
+    /// The number of the last answer.
+    last: Option<u64>,
+    /// `last` as a value of its own bytes, once it came twice.
+    value: Option<HeaderValue>,
+}
+
+impl KeptNumber {
+    /// `n` as a header value: the kept one, or written into `buf`.
+    fn value(&mut self, buf: &mut BytesMut, n: u64) -> Result<HeaderValue, InvalidHeaderValue> {
+        if self.last != Some(n) {
+            self.last = Some(n);
+            self.value = None;
+            return number(buf, n);
+        }
+        if let Some(value) = &self.value {
+            return Ok(value.clone());
+        }
+        // Bytes of its own: a kept value must not hold a thread's block.
+        let value = HeaderValue::from(n);
+        self.value = Some(value.clone());
+        Ok(value)
+    }
 }
 
 impl Policy {
@@ -157,7 +191,7 @@ impl Writer {
         let p = self.policy(applied);
         headers.insert(RATELIMIT_POLICY, self.policies[p].value.clone());
         self.block(applied);
-        let (Some(buf), Some(policy)) = (self.buf.as_mut(), self.policies.get(p)) else {
+        let (Some(buf), Some(policy)) = (self.buf.as_mut(), self.policies.get_mut(p)) else {
             return;
         };
         insert(headers, RATELIMIT, rate_limit_value(buf, policy, applied));
@@ -165,13 +199,14 @@ impl Writer {
             headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
         }
         if let Some(top) = top {
-            insert(headers, X_RATELIMIT_LIMIT, number(buf, top.limit));
-            insert(headers, X_RATELIMIT_REMAINING, number(buf, top.remaining));
             insert(
                 headers,
-                X_RATELIMIT_RESET,
-                number(buf, duration_to_secs_ceil(top.reset_after)),
+                X_RATELIMIT_LIMIT,
+                policy.limit.value(buf, top.limit),
             );
+            insert(headers, X_RATELIMIT_REMAINING, number(buf, top.remaining));
+            let reset = duration_to_secs_ceil(top.reset_after);
+            insert(headers, X_RATELIMIT_RESET, policy.reset.value(buf, reset));
             if rejected {
                 insert(
                     headers,
@@ -254,6 +289,8 @@ fn write_policy(applied: &[AppliedLimit<'_>]) -> Policy {
             .collect(),
         value,
         names,
+        limit: KeptNumber::default(),
+        reset: KeptNumber::default(),
     }
 }
 
@@ -391,6 +428,21 @@ mod tests {
                 assert_eq!(h[&X_RATELIMIT_REMAINING], round.to_string().as_str());
                 assert_eq!(h[http::header::RETRY_AFTER], "1");
             }
+        }
+    }
+
+    #[test]
+    fn repeated_numbers_are_the_values_written_fresh() {
+        // The limit stays while the reset goes 1, 1, 1, 2, 1, 1, 3, 3, 3.
+        let resets = [1, 1, 1, 2, 1, 1, 3, 3, 3];
+        for (i, reset) in resets.into_iter().enumerate() {
+            let remaining = 1000 - i as u64;
+            let limits = [applied("kept", "1000/m", remaining, reset * 1000 - 10)];
+            let h = rate_limit_headers(&limits, Some(&limits[0].decision), false);
+            assert_eq!(h[&X_RATELIMIT_LIMIT], "1000");
+            assert_eq!(h[&X_RATELIMIT_REMAINING], remaining.to_string().as_str());
+            assert_eq!(h[&X_RATELIMIT_RESET], reset.to_string().as_str());
+            assert_eq!(h[&RATELIMIT], format!("\"kept\";r={remaining};t={reset}"));
         }
     }
 
