@@ -21,7 +21,9 @@
 //! string checked twice (escapes, then UTF-8). A `Deserialize` of our own
 //! would still go through serde_json's `Deserializer` for every token.
 //! Reading the few shapes a decision request has, once (the body's UTF-8
-//! checked in one pass, strings eight bytes at a time), takes about 1,330.
+//! checked in one pass, strings eight bytes at a time), takes about 1,330;
+//! the compact inline check, matched by its fixed parts before that, about
+//! 580.
 
 use std::borrow::Cow;
 
