@@ -1940,3 +1940,78 @@ fn a_refund_that_leaves_a_state_as_good_as_new_keeps_it() {
         assert_eq!(expected, got, "{op:?} at {now}");
     }
 }
+
+/// The New York day of the spring change is 23 hours long on every store,
+/// for both window algorithms (the sliding counter's weights are the
+/// memory store's on both engines); and a monthly cycle anchored on the 31st
+/// starts on April 30th, the last day of a month too short for it, and
+/// runs 31 days to May 31st.
+#[test]
+fn a_dst_day_and_an_anchor_day_turn_over_alike_on_every_store() {
+    use tollgate_core::calendar::{Calendar, CalendarUnit};
+    let server = RedisServer::start_with_module();
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let stores = stores(&server, "calendar-dst-anchor");
+    let new_york = |unit, anchor| Calendar::new(unit, "America/New_York", anchor).unwrap();
+    let per_day = |algorithm| {
+        Limit::new(algorithm, rate(4, Duration::from_secs(86_400)))
+            .with_calendar(new_york(CalendarUnit::Day, None))
+    };
+    let fixed = per_day(AlgorithmName::FixedWindow);
+    let sliding = per_day(AlgorithmName::SlidingWindowCounter);
+    let cycle = Limit::new(
+        AlgorithmName::FixedWindow,
+        rate(2, Duration::from_secs(30 * 86_400)),
+    )
+    .with_calendar(new_york(CalendarUnit::Month, Some(31)));
+    // 2026-03-08 00:30 EST, 2026-03-09 00:00 EDT (23 hours after the
+    // 8th began), 2026-03-09 16:00 EDT (two thirds into the 9th).
+    let spring_day = 1_772_947_800 * SEC;
+    let next_day = 1_773_028_800 * SEC;
+    let afternoon = 1_773_086_400 * SEC;
+    // 2026-04-29 23:59:59 EDT and 2026-04-30 00:00 EDT.
+    let before_cycle = 1_777_521_599 * SEC;
+    let cycle_start = 1_777_521_600 * SEC;
+    let hours = |h: f64| Duration::from_secs_f64(h * 3600.0);
+    runtime.block_on(async {
+        for limit in [&fixed, &sliding] {
+            let request = one(limit);
+            let at = Moment::At(spring_day);
+            for remaining in (0..4).rev() {
+                let d = both!(stores, |s| s.check(&request, at, 1)).unwrap()[0];
+                assert!(d.allowed);
+                assert_eq!(d.remaining, remaining);
+                if limit.algorithm == AlgorithmName::FixedWindow {
+                    // The day ends at midnight EDT: 22½ hours after 00:30 EST.
+                    assert_eq!(d.reset_after, hours(22.5));
+                }
+            }
+            let d = both!(stores, |s| s.check(&request, at, 1)).unwrap()[0];
+            assert!(!d.allowed);
+            let d = both!(stores, |s| s.check(&request, Moment::At(next_day), 1)).unwrap()[0];
+            match limit.algorithm {
+                // A new day, a new count.
+                AlgorithmName::FixedWindow => assert_eq!((d.allowed, d.remaining), (true, 3)),
+                // The whole of the 8th still weighs at the 9th's start.
+                _ => assert!(!d.allowed),
+            }
+            // Two thirds into the 9th, a third of the 8th's 4 weighs.
+            let d = both!(stores, |s| s.check(&request, Moment::At(afternoon), 1)).unwrap()[0];
+            assert!(d.allowed, "{limit:?}");
+            if limit.algorithm == AlgorithmName::FixedWindow {
+                assert_eq!(d.reset_after, hours(8.0));
+            }
+        }
+        let request = one(&cycle);
+        for (at, allowed, reset) in [
+            (before_cycle, true, 1),
+            (before_cycle, true, 1),
+            (before_cycle, false, 1),
+            (cycle_start, true, 31 * 86_400),
+        ] {
+            let d = both!(stores, |s| s.check(&request, Moment::At(at), 1)).unwrap()[0];
+            assert_eq!((d.allowed, d.reset_after.as_secs()), (allowed, reset));
+        }
+    });
+}
