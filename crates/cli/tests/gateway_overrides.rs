@@ -8,17 +8,17 @@
 
 #[path = "support/gateway.rs"]
 mod gateway;
+#[path = "support/overrides.rs"]
+mod overrides;
 mod support;
 #[path = "support/upstream.rs"]
 mod upstream;
 
-use std::time::Instant;
-
 use gateway::Gateway;
-use reqwest::blocking::Client;
+use overrides::{client, send, until_listed, TOKEN};
 use reqwest::Method;
 use serde_json::{json, Value};
-use support::{Server, PATIENCE};
+use support::Server;
 use tollgate_testkit::RedisServer;
 use upstream::Upstream;
 
@@ -35,8 +35,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_window_log}
 ";
 
-const TOKEN: &str = "t0ken";
-
 /// The upstream, on a runtime of its own: the test itself is blocking.
 fn upstream() -> (tokio::runtime::Runtime, String) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -47,55 +45,16 @@ fn upstream() -> (tokio::runtime::Runtime, String) {
     (runtime, url)
 }
 
-fn client() -> Client {
-    Client::builder().timeout(PATIENCE).build().unwrap()
-}
-
 fn override_of(tenant: &str, per_hour: u64) -> Value {
-    json!({
-        "entries": [{"key": "tenant", "value": tenant}],
-        "rate_limit": {"unit": "hour", "requests_per_unit": per_hour, "algorithm": "sliding_window_log"}
-    })
-}
-
-/// `METHOD base/v1/overrides/api` with the token: status and body.
-fn send(base: &str, method: Method, body: Option<&Value>) -> (u16, Value) {
-    let mut request = client()
-        .request(method, format!("{base}/v1/overrides/api"))
-        .bearer_auth(TOKEN);
-    if let Some(body) = body {
-        request = request.json(body);
-    }
-    let response = request.send().unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().unwrap_or(Value::Null))
-}
-
-/// Until `done` holds for the listing at `base` (a change made elsewhere
-/// arriving), at most [`PATIENCE`].
-fn until_listed(base: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let started = Instant::now();
-    loop {
-        let (status, page) = send(base, Method::GET, None);
-        assert_eq!(status, 200, "{page}");
-        if done(&page) {
-            return page;
-        }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "the change never arrived: {page}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    overrides::override_of("tenant", tenant, per_hour)
 }
 
 /// Requests of `tenant` the gateway lets through before the first `429`
 /// (at most 10).
 fn admitted(gw: &Gateway, tenant: &str) -> usize {
-    let client = client();
     (0..10)
         .take_while(|_| {
-            let status = client
+            let status = client()
                 .get(gw.url("/echo/x"))
                 .header("x-tenant", tenant)
                 .send()

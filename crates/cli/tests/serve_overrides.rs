@@ -4,8 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/overrides.rs"]
+mod overrides;
 mod support;
 
+use overrides::{until_listed as until_listed_at, TOKEN};
 use serde_json::{json, Value};
 use support::Server;
 use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -21,33 +24,31 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_window_log}
 ";
 
-const TOKEN: &str = "t0ken";
-
 fn start(dir: &tempfile::TempDir) -> Server {
+    let snapshot = dir.path().join("state.snap");
+    start_with(dir, &["--snapshot", snapshot.to_str().unwrap()])
+}
+
+/// `serve` with the test rules, the token and `args`.
+fn start_with(dir: &tempfile::TempDir, args: &[&str]) -> Server {
     let rules = dir.path().join("rules.yaml");
     support::write(&rules, RULES);
-    let snapshot = dir.path().join("state.snap");
-    Server::start(&[
-        "--rules",
-        rules.to_str().unwrap(),
-        "--snapshot",
-        snapshot.to_str().unwrap(),
-        "--admin-token",
-        TOKEN,
-    ])
+    let mut all = vec!["--rules", rules.to_str().unwrap(), "--admin-token", TOKEN];
+    all.extend_from_slice(args);
+    Server::start(&all)
+}
+
+/// `serve` on the store at `url`.
+fn start_on(dir: &tempfile::TempDir, url: &str) -> Server {
+    start_with(dir, &["--store", url])
+}
+
+fn start_on_redis(dir: &tempfile::TempDir, redis: &tollgate_testkit::RedisServer) -> Server {
+    start_on(dir, &redis.url())
 }
 
 fn send(server: &Server, method: reqwest::Method, body: Option<&Value>) -> (u16, Value) {
-    let mut request = server
-        .client()
-        .request(method, format!("{}/v1/overrides/api", server.base))
-        .bearer_auth(TOKEN);
-    if let Some(body) = body {
-        request = request.json(body);
-    }
-    let response = request.send().unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().unwrap_or(Value::Null))
+    overrides::send(&server.base, method, body)
 }
 
 /// Checks of `user` admitted before the first refusal (at most 10).
@@ -85,10 +86,7 @@ fn grpc_admitted(server: &Server, user: &str) -> usize {
 }
 
 fn override_of(user: &str, per_hour: u64) -> Value {
-    json!({
-        "entries": [{"key": "user", "value": user}],
-        "rate_limit": {"unit": "hour", "requests_per_unit": per_hour, "algorithm": "sliding_window_log"}
-    })
+    overrides::override_of("user", user, per_hour)
 }
 
 #[test]
@@ -144,35 +142,9 @@ fn without_the_token_nothing_changes() {
 }
 
 /// Until `done` holds for `server`'s listing (another instance's change
-/// arriving), at most [`support::PATIENCE`].
+/// arriving).
 fn until_listed(server: &Server, done: impl Fn(&Value) -> bool) -> Value {
-    let started = std::time::Instant::now();
-    loop {
-        let (status, page) = send(server, reqwest::Method::GET, None);
-        assert_eq!(status, 200, "{page}");
-        if done(&page) {
-            return page;
-        }
-        assert!(
-            started.elapsed() < support::PATIENCE,
-            "the change never arrived: {page}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
-fn start_on_redis(dir: &tempfile::TempDir, redis: &tollgate_testkit::RedisServer) -> Server {
-    let rules = dir.path().join("rules.yaml");
-    support::write(&rules, RULES);
-    let url = redis.url();
-    Server::start(&[
-        "--rules",
-        rules.to_str().unwrap(),
-        "--store",
-        url.as_str(),
-        "--admin-token",
-        TOKEN,
-    ])
+    until_listed_at(&server.base, done)
 }
 
 #[test]
@@ -236,38 +208,14 @@ fn on_redis_a_change_while_redis_is_down_is_refused_and_nothing_changes() {
     assert_eq!(send(&server, reqwest::Method::GET, None).1["count"], 0);
 }
 
-/// `serve` on `url` with the test rules and the token.
-fn start_on(dir: &tempfile::TempDir, url: &str) -> Server {
-    let rules = dir.path().join("rules.yaml");
-    support::write(&rules, RULES);
-    Server::start(&[
-        "--rules",
-        rules.to_str().unwrap(),
-        "--store",
-        url,
-        "--admin-token",
-        TOKEN,
-    ])
-}
-
 #[test]
 fn on_a_redis_cluster_an_instance_sees_the_changes_another_makes() {
     let cluster = tollgate_testkit::RedisCluster::start(3, 0);
     let dir = tempfile::tempdir().unwrap();
-    let seeds: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
     // Each instance's first seed differs, and so does the node its pub/sub
     // connection is on: messages must cross the cluster.
-    let url_from = |first: usize| {
-        let mut order = seeds.clone();
-        order.rotate_left(first);
-        format!("redis+cluster://{}", order.join(","))
-    };
-    let one = start_on(&dir, &url_from(0));
-    let two = start_on(&dir, &url_from(1));
+    let one = start_on(&dir, &cluster.url_from(0));
+    let two = start_on(&dir, &cluster.url_from(1));
 
     let (status, answer) = send(&one, reqwest::Method::PUT, Some(&override_of("vip", 5)));
     assert_eq!(status, 201, "{answer}");

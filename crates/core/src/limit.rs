@@ -274,10 +274,23 @@ pub struct Limit {
     pub sync: Option<SyncMode>,
 }
 
-// What `derive` writes, without `sync` (see the type's docs); listing the
-// fields by name makes a new one a compile error here.
-impl PartialEq for Limit {
-    fn eq(&self, other: &Limit) -> bool {
+/// The fields a [`Limit`] compares and hashes by: all but `sync`.
+type Identity<'l> = (
+    &'l AlgorithmName,
+    &'l Rate,
+    &'l Option<u64>,
+    &'l Option<Duration>,
+    &'l Option<Duration>,
+    &'l Option<Ban>,
+    &'l Option<Calendar>,
+);
+
+impl Limit {
+    /// What `derive` would compare and hash, without `sync` (see the
+    /// type's docs), in field order (so the hash is the one `derive`
+    /// gives); listing the fields by name makes a new one a compile error
+    /// here.
+    fn identity(&self) -> Identity<'_> {
         let Limit {
             algorithm,
             rate,
@@ -288,13 +301,13 @@ impl PartialEq for Limit {
             calendar,
             sync: _,
         } = self;
-        *algorithm == other.algorithm
-            && *rate == other.rate
-            && *burst == other.burst
-            && *step == other.step
-            && *lease_ttl == other.lease_ttl
-            && *ban == other.ban
-            && *calendar == other.calendar
+        (algorithm, rate, burst, step, lease_ttl, ban, calendar)
+    }
+}
+
+impl PartialEq for Limit {
+    fn eq(&self, other: &Limit) -> bool {
+        self.identity() == other.identity()
     }
 }
 
@@ -302,23 +315,7 @@ impl Eq for Limit {}
 
 impl std::hash::Hash for Limit {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let Limit {
-            algorithm,
-            rate,
-            burst,
-            step,
-            lease_ttl,
-            ban,
-            calendar,
-            sync: _,
-        } = self;
-        algorithm.hash(state);
-        rate.hash(state);
-        burst.hash(state);
-        step.hash(state);
-        lease_ttl.hash(state);
-        ban.hash(state);
-        calendar.hash(state);
+        self.identity().hash(state);
     }
 }
 

@@ -119,24 +119,16 @@ fn on_a_cluster_changes_reach_a_process_subscribed_on_another_node_as_messages()
         .build()
         .unwrap();
     let _context = runtime.enter();
-    let seeds: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
     // A store whose first seed is node `first`: its pub/sub connection is
     // on that node.
     let open_at = |first: usize| {
-        let mut order = seeds.clone();
-        order.rotate_left(first);
-        let url = format!("redis+cluster://{}", order.join(","));
-        RedisStore::open(&url.parse().unwrap(), patient()).unwrap()
+        RedisStore::open(&cluster.url_from(first).parse().unwrap(), patient()).unwrap()
     };
     // The node that runs the change script (and publishes); the process
     // that follows subscribes on another one.
     let owner = cluster.master_of("tollgate:{overrides}:versions");
     let writer = open_at(owner);
-    let elsewhere = (owner + 1) % seeds.len();
+    let elsewhere = (owner + 1) % cluster.nodes.len();
     let follower = open_at(elsewhere);
 
     runtime.block_on(async {

@@ -540,11 +540,19 @@ impl RedisCluster {
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self
+        self.url_from(0)
+    }
+
+    /// [`url`](Self::url) with node `first`'s address as the first seed
+    /// (then the nodes after it, then those before): a client's first
+    /// connection, and its pub/sub connection, go to that node.
+    pub fn url_from(&self, first: usize) -> String {
+        let mut seeds: Vec<String> = self
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
+        seeds.rotate_left(first);
         format!("redis+cluster://{}", seeds.join(","))
     }
 }

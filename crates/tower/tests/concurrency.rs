@@ -15,8 +15,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use support::*;
 use tokio::sync::{mpsc, oneshot};
-use tollgate_core::{Decision, LimitKey, Moment, MultiReservation, Store, StoreError};
-use tollgate_memory::LocalStore;
+use tollgate_core::{LimitKey, Moment, Store};
 use tollgate_rules::check::Plan;
 use tollgate_tower::{RateLimitBody, RateLimitLayer};
 use tower::util::BoxCloneService;
@@ -29,54 +28,6 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: concurrency, lease_ttl: 1h, name: in_flight}
 "#;
 
-/// The memory store, telling the test about every release.
-struct SignallingStore {
-    inner: LocalStore,
-    released: mpsc::UnboundedSender<u64>,
-}
-
-impl Store for SignallingStore {
-    async fn check(
-        &self,
-        r: &[LimitKey<'_>],
-        at: Moment,
-        cost: u64,
-    ) -> Result<Vec<Decision>, StoreError> {
-        self.inner.check(r, at, cost).await
-    }
-    async fn reserve(
-        &self,
-        r: &[LimitKey<'_>],
-        at: Moment,
-        cost: u64,
-        max_wait: Option<Duration>,
-    ) -> Result<MultiReservation, StoreError> {
-        self.inner.reserve(r, at, cost, max_wait).await
-    }
-    async fn next_available(
-        &self,
-        r: LimitKey<'_>,
-        at: Moment,
-        cost: u64,
-    ) -> Result<u64, StoreError> {
-        self.inner.next_available(r, at, cost).await
-    }
-    async fn record(&self, r: LimitKey<'_>, at: Moment, cost: u64) -> Result<u64, StoreError> {
-        self.inner.record(r, at, cost).await
-    }
-    async fn release(&self, r: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
-        let released = self.inner.release(r, lease).await;
-        let _ = self.released.send(lease);
-        released
-    }
-    async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
-        self.inner.reset(key).await
-    }
-    async fn now(&self) -> Result<u64, StoreError> {
-        self.inner.now().await
-    }
-}
-
 /// A slow service: each request hands the test a sender and answers when
 /// the test sends on it.
 type Gates = mpsc::UnboundedReceiver<oneshot::Sender<()>>;
@@ -88,7 +39,7 @@ struct Setup<S> {
     service: S,
     gates: Gates,
     released: mpsc::UnboundedReceiver<u64>,
-    layer: RateLimitLayer<SignallingStore>,
+    layer: RateLimitLayer<WatchedStore>,
 }
 
 impl<S> Setup<S> {
@@ -130,10 +81,7 @@ fn setup() -> Setup<Slow> {
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
         }
     });
-    let store = SignallingStore {
-        inner: store(),
-        released: released_tx,
-    };
+    let store = WatchedStore::new(store()).sending_releases(released_tx);
     let layer = RateLimitLayer::from_rules(store, rules(TWO_IN_FLIGHT), "edge");
     Setup {
         service: BoxCloneService::new(layer.layer(inner)),
@@ -292,10 +240,7 @@ routes:
   - descriptors: [[remote_address], [{generic_key: {descriptor_value: all}}]]
 "#;
     let (released_tx, mut released) = mpsc::unbounded_channel();
-    let store = SignallingStore {
-        inner: store(),
-        released: released_tx,
-    };
+    let store = WatchedStore::new(store()).sending_releases(released_tx);
     let service = RateLimitLayer::from_rules(store, rules(yaml), "edge").layer(service_fn(ok));
     let first = service
         .clone()

@@ -13,10 +13,9 @@ mod support;
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
@@ -26,11 +25,7 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use support::*;
 use tokio::sync::mpsc;
-use tollgate_core::algorithm::Settled;
-use tollgate_core::{
-    AlgorithmName, Decision, Limit, LimitKey, Moment, MultiReservation, Store, StoreError,
-};
-use tollgate_memory::LocalStore;
+use tollgate_core::{AlgorithmName, Limit};
 use tollgate_rules::{ResponseCost, StatusFilter};
 use tollgate_tower::{CostOutcome, Observer, RateLimitLayer, TrailersWanted};
 use tower::{service_fn, Layer, ServiceExt};
@@ -345,76 +340,12 @@ async fn a_body_without_its_trailer_or_cut_short_keeps_the_estimate_or_the_heade
     assert_eq!(next_remaining().await, 910);
 }
 
-/// The memory store without `settle`: the trait's default answers
-/// unsupported. Counts how often it is asked to settle and for the time.
-struct NoSettle {
-    inner: LocalStore,
-    settles: Arc<AtomicUsize>,
-    clock_reads: Arc<AtomicUsize>,
-}
-
-impl Store for NoSettle {
-    async fn check(
-        &self,
-        r: &[LimitKey<'_>],
-        at: Moment,
-        cost: u64,
-    ) -> Result<Vec<Decision>, StoreError> {
-        self.inner.check(r, at, cost).await
-    }
-    async fn reserve(
-        &self,
-        r: &[LimitKey<'_>],
-        at: Moment,
-        cost: u64,
-        max_wait: Option<Duration>,
-    ) -> Result<MultiReservation, StoreError> {
-        self.inner.reserve(r, at, cost, max_wait).await
-    }
-    async fn next_available(
-        &self,
-        r: LimitKey<'_>,
-        at: Moment,
-        cost: u64,
-    ) -> Result<u64, StoreError> {
-        self.inner.next_available(r, at, cost).await
-    }
-    async fn record(&self, r: LimitKey<'_>, at: Moment, cost: u64) -> Result<u64, StoreError> {
-        self.inner.record(r, at, cost).await
-    }
-    async fn settle(
-        &self,
-        _r: LimitKey<'_>,
-        _admitted_at: u64,
-        _at: Moment,
-        _estimate: u64,
-        _actual: u64,
-    ) -> Result<Settled, StoreError> {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        Err(StoreError::Unsupported("settle"))
-    }
-    async fn release(&self, r: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
-        self.inner.release(r, lease).await
-    }
-    async fn reset(&self, key: &[u8]) -> Result<usize, StoreError> {
-        self.inner.reset(key).await
-    }
-    async fn now(&self) -> Result<u64, StoreError> {
-        self.clock_reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.now().await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_store_that_does_not_settle_is_asked_once_and_the_estimate_stands() {
     let (observer, mut heard) = costs();
-    let settles = Arc::new(AtomicUsize::new(0));
-    let clock_reads = Arc::new(AtomicUsize::new(0));
-    let store = NoSettle {
-        inner: store(),
-        settles: Arc::clone(&settles),
-        clock_reads: Arc::clone(&clock_reads),
-    };
+    let store = WatchedStore::new(store());
+    let settles = Arc::clone(&store.settles);
+    let clock_reads = Arc::clone(&store.clock_reads);
     let layer = RateLimitLayer::from_rules(store, rules(RULES), "edge").with_observer(observer);
     let service = layer.layer(service_fn(tokens));
     for expected in [990, 980, 970] {

@@ -1,7 +1,7 @@
 //! What the middleware's tests share: a memory store on tokio's clock (so
 //! the paused clock drives decisions and shaping alike), requests from a
 //! given peer, inner services, an observer that records, and reading
-//! bodies.
+//! bodies; and a store whose calls the test watches ([`WatchedStore`]).
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,6 +20,11 @@ use tollgate_rules::check::Outcome;
 use tollgate_rules::RuleSet;
 use tollgate_testkit::sf_list_members;
 use tollgate_tower::{Observer, PeerAddr};
+
+mod watched_store;
+// Used by some of the test binaries that include this module.
+#[allow(unused_imports)]
+pub use watched_store::WatchedStore;
 
 /// 2023-11-14T22:13:20Z: a whole second, so epoch-aligned windows and
 /// whole-second waits line up with the test's instants.
