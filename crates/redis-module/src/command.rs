@@ -268,6 +268,15 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
     let outcome = decide::run(op, now, extra, &mut cells)?;
     // The instant decided at: a settle's is never before its admission.
     let now = outcome.now;
+    // The TTL each key needs, the longest of its written states' (ms),
+    // applied once per key after every write (`Write::apply_ttl`), as
+    // driver.lua's `apply_ttls`.
+    let mut ttls: SmallVec<[Option<i64>; 4]> = SmallVec::from_elem(None, keys.len());
+    let mut need = |key: usize, ttl: Option<i64>| {
+        if let (Some(slot), Some(ttl)) = (ttls.get_mut(key), ttl) {
+            *slot = Some(slot.map_or(ttl, |had| had.max(ttl)));
+        }
+    };
     for &(i, timeless) in &outcome.changed {
         let place = &places[i];
         let (name, key) = &keys[place.key];
@@ -284,7 +293,10 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
             true => (cell.forgotten_at().max(1), true),
             false => (cell.forgotten_at(), timeless),
         };
-        write.store(expires, |out| cell.encode(out), now, grace_ms, timeless);
+        need(
+            place.key,
+            write.store(expires, |out| cell.encode(out), now, grace_ms, timeless),
+        );
     }
     for &i in &outcome.bans_changed {
         let (place, planned) = (&places[i], &cells[i]);
@@ -299,13 +311,21 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
             field: field.inner,
         };
         let expires = b.ban.expires_at(&b.state);
-        write.store(
-            expires,
-            |out| ban::encode(&b.state, out),
-            now,
-            grace_ms,
-            false,
+        need(
+            place.key,
+            write.store(
+                expires,
+                |out| ban::encode(&b.state, out),
+                now,
+                grace_ms,
+                false,
+            ),
         );
+    }
+    for ((name, key), ttl) in keys.iter().zip(ttls) {
+        if let Some(ttl) = ttl {
+            apply_ttl(ctx, name, key, ttl, grace_ms);
+        }
     }
     reply(ctx, &outcome);
     Ok(())
@@ -328,12 +348,10 @@ struct Write<'a> {
 }
 
 impl Write<'_> {
-    /// Writes the cell's state back, with a TTL that outlives its expiry,
-    /// or deletes it when it is as good as new (at any time, for a
-    /// `timeless` release); replicates what it did. As driver.lua `store`:
-    /// a key that lives less than the state's time plus the grace gets
-    /// that time plus twice the grace, so that most writes leave the TTL
-    /// as it is (docs/redis-state.md).
+    /// Writes the cell's state back, or deletes it when it is as good as
+    /// new (at any time, for a `timeless` release); replicates what it
+    /// did. Returns the TTL (ms) the key needs for this state, the
+    /// state's time plus the grace ([`apply_ttl`]), `None` when deleted.
     fn store(
         &self,
         expires: u64,
@@ -341,12 +359,12 @@ impl Write<'_> {
         now: u64,
         grace_ms: u64,
         timeless: bool,
-    ) {
+    ) -> Option<i64> {
         let (ctx, name, field) = (self.ctx, self.name.inner(), self.field);
         if expires <= if timeless { 0 } else { now } {
             self.key.hash_set(self.field, None);
             ffi::replicate(ctx, c"HDEL", &[name, field]);
-            return;
+            return None;
         }
         let value = with_scratch(|bytes| {
             encode(bytes);
@@ -358,16 +376,26 @@ impl Write<'_> {
             .div_ceil(1_000_000)
             .saturating_add(grace_ms)
             .max(1);
-        let ttl = i64::try_from(ttl).unwrap_or(i64::MAX / 4);
-        if self.key.ttl().is_none_or(|current| current < ttl) {
-            let grace = i64::try_from(grace_ms).unwrap_or_default();
-            if let Some(at) = self.key.expire_in(ttl.saturating_add(grace)) {
-                let mut digits = itoa::Buffer::new();
-                let digits = digits.format(u64::try_from(at).unwrap_or_default());
-                let at = RedisString::create_from_slice(ctx, digits.as_bytes());
-                ffi::replicate(ctx, c"PEXPIREAT", &[name, at.inner]);
-            }
-        }
+        Some(i64::try_from(ttl).unwrap_or(i64::MAX / 4))
+    }
+}
+
+/// Gives a key written in this call the TTL its states need, `ttl` (ms,
+/// the longest of them), once all are written: as driver.lua's
+/// `apply_ttls`, a key that lives less than that gets it plus the grace
+/// again, so that most writes leave the TTL as it is, and the TTL depends
+/// neither on the order of the key's fields nor on Redis's clock ticking
+/// between their writes (docs/redis-state.md). Replicated as `PEXPIREAT`.
+fn apply_ttl(ctx: *mut RedisModuleCtx, name: &Arg, key: &Key, ttl: i64, grace_ms: u64) {
+    if key.ttl().is_some_and(|current| current >= ttl) {
+        return;
+    }
+    let grace = i64::try_from(grace_ms).unwrap_or_default();
+    if let Some(at) = key.expire_in(ttl.saturating_add(grace)) {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(u64::try_from(at).unwrap_or_default());
+        let at = RedisString::create_from_slice(ctx, digits.as_bytes());
+        ffi::replicate(ctx, c"PEXPIREAT", &[name.inner(), at.inner]);
     }
 }
 

@@ -351,6 +351,60 @@ fn a_key_s_ttl_is_pushed_out_only_when_it_runs_short() {
     }
 }
 
+/// A key holding several limits gets the TTL its longest-living state
+/// needs, whatever the order of its limits (docs/redis-state.md): the TTL
+/// is settled once per key when the operation's writes are done, not field
+/// by field, where the first field's TTL (its time plus two graces) could
+/// leave the second's alone by the width of one millisecond of Redis's
+/// clock. Alike on both engines.
+#[test]
+fn a_key_with_several_limits_lives_by_its_longest_state_in_any_order() {
+    let runtime = runtime();
+    let _context = runtime.enter();
+    let server = RedisServer::start_with_module();
+    let pttl = |key: &str| -> i64 {
+        let reply = server.command(&format!("PTTL {key}")).unwrap();
+        reply.trim().trim_start_matches(':').parse().unwrap()
+    };
+    // Fixed windows of 10 s and 30 min from an instant both start at: the
+    // states expire 10 s and 1,800 s from it, less than a grace apart
+    // (3,600,000 ms, support::engines::store).
+    let short = Limit::new(
+        AlgorithmName::FixedWindow,
+        Rate::new(5, Duration::from_secs(10)).unwrap(),
+    );
+    let long = Limit::new(
+        AlgorithmName::FixedWindow,
+        Rate::new(5, Duration::from_secs(1_800)).unwrap(),
+    );
+    const START: u64 = 1_762_999_200 * 1_000_000_000;
+    const GRACE_MS: i64 = 3_600_000;
+    const LONGEST_MS: i64 = 1_800_000;
+    // Slack for the test's own pace: Redis's clock runs on between calls.
+    const SLACK_MS: i64 = 60_000;
+    for engine in [Engine::Lua, Engine::Module] {
+        for (order, limits) in [
+            ("short, long", [&short, &long]),
+            ("long, short", [&long, &short]),
+        ] {
+            let prefix = format!("ttls:{engine:?}:{order}:");
+            let store = store(&server, &prefix, engine);
+            let requests = limits.map(|limit| LimitKey { limit, key: b"k" });
+            let decisions = runtime
+                .block_on(store.check(&requests, Moment::At(START), 1))
+                .unwrap();
+            assert!(decisions.iter().all(|d| d.allowed), "{engine:?}, {order}");
+            let keys = server.command(&format!("KEYS {prefix}*")).unwrap();
+            let key = keys.lines().nth(2).unwrap().to_owned();
+            let ttl = pttl(&key);
+            assert!(
+                ttl > LONGEST_MS + 2 * GRACE_MS - SLACK_MS && ttl <= LONGEST_MS + 2 * GRACE_MS,
+                "{engine:?}, {order}: TTL {ttl}"
+            );
+        }
+    }
+}
+
 /// The script's lean gcra path (gcra_lean.lua) decides only states it can
 /// read exactly in plain Lua numbers: on any other stored value — text Lua
 /// would read as a number (`1e5`, ` 12`, `0x10`), a number too long, a

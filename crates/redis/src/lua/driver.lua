@@ -104,6 +104,12 @@ local function slot_at(c, t)
   return { at = slot.at, wait = B.add(slot.wait, B.sub(open, t)) }
 end
 
+-- The TTL each key written in this call needs (ms): the longest of its
+-- states' times plus the grace, applied once per key when the operation
+-- is done (`apply_ttls`), so that a key's TTL does not depend on the order
+-- of its fields nor on Redis's clock ticking between their writes.
+local ttls = {}
+
 -- Writes a cell's state back, with a TTL that outlives its expiry by the
 -- grace: a key that lives less than that is given the grace once more on
 -- top, so that most writes leave the TTL as it is. A
@@ -119,9 +125,18 @@ local function write(key, field, expires, encode, timeless)
   redis.call('HSET', key, field, encode())
   local ttl = B.approx(B.div_ceil(B.sub(expires, now), B.MILLION)) + grace_ms
   if ttl < 1 then ttl = 1 end
-  local current = redis.call('PTTL', key)
-  if current < ttl then
-    redis.call('PEXPIRE', key, ttl + grace_ms)
+  if ttls[key] == nil or ttls[key] < ttl then
+    ttls[key] = ttl
+  end
+end
+
+-- Gives each key written the TTL its states need (see `ttls`): one that
+-- lives less than that is pushed out to it plus the grace.
+local function apply_ttls()
+  for key, ttl in pairs(ttls) do
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl + grace_ms)
+    end
   end
 end
 
@@ -336,21 +351,25 @@ local function settle()
   return { B.str(now), outcome }
 end
 
+local reply
 if op == 'check' then
-  return check(true)
+  reply = check(true)
 elseif op == 'probe' then
-  return check(false)
+  reply = check(false)
 elseif op == 'reserve' then
-  return reserve()
+  reply = reserve()
 elseif op == 'next' then
-  return next_available()
+  reply = next_available()
 elseif op == 'record' then
-  return record()
+  reply = record()
 elseif op == 'release' then
-  return release()
+  reply = release()
 elseif op == 'settle' then
-  return settle()
+  reply = settle()
 elseif op == 'time' then
-  return { B.str(now) }
+  reply = { B.str(now) }
+else
+  error('tollgate: unknown operation ' .. tostring(op))
 end
-error('tollgate: unknown operation ' .. tostring(op))
+apply_ttls()
+return reply
