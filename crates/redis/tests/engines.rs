@@ -384,8 +384,8 @@ fn a_key_with_several_limits_lives_by_its_longest_state_in_any_order() {
     const SLACK_MS: i64 = 60_000;
     for engine in [Engine::Lua, Engine::Module] {
         for (order, limits) in [
-            ("short, long", [&short, &long]),
-            ("long, short", [&long, &short]),
+            ("short-long", [&short, &long]),
+            ("long-short", [&long, &short]),
         ] {
             let prefix = format!("ttls:{engine:?}:{order}:");
             let store = store(&server, &prefix, engine);
