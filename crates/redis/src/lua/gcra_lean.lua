@@ -153,6 +153,7 @@ end
 -- in driver.lua's `check`.
 if ARGV[1] == 'check' and all and n_cells > 0 and first_cost ~= 0 then
   local grace = tonumber(ARGV[3]) or 0
+  local ttls
   for i = 1, n_cells do
     local until_ns = reset
     if pending then
@@ -174,13 +175,26 @@ if ARGV[1] == 'check' and all and n_cells > 0 and first_cost ~= 0 then
     end
     -- The state expires ceil(ahead / n) ns from now (the cell's reset: it
     -- admitted, so that is what reset holds), and its key keeps it by the
-    -- TTL rule of driver.lua's `store`.
+    -- TTL rule of driver.lua's `write` and `apply_ttls`: once per key, the
+    -- longest its states need, after every write.
     local ttl = ceil(until_ns / 1000000)
     if ttl * 1000000 < until_ns then ttl = ttl + 1 end
     ttl = ttl + grace
     if ttl < 1 then ttl = 1 end
-    if call('PTTL', key) < ttl then
-      call('PEXPIRE', key, ttl + grace)
+    if n_cells == 1 then
+      if call('PTTL', key) < ttl then
+        call('PEXPIRE', key, ttl + grace)
+      end
+    else
+      ttls = ttls or {}
+      if ttls[key] == nil or ttls[key] < ttl then ttls[key] = ttl end
+    end
+  end
+  if ttls then
+    for key, ttl in pairs(ttls) do
+      if call('PTTL', key) < ttl then
+        call('PEXPIRE', key, ttl + grace)
+      end
     end
   end
 end
