@@ -288,6 +288,18 @@ fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
     assert!(wrong.starts_with(b"-WRONGTYPE"), "{wrong:?}");
 }
 
+/// The milliseconds `key` still lives (`PTTL`).
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    let reply = server.command(&format!("PTTL {key}")).unwrap();
+    reply.trim().trim_start_matches(':').parse().unwrap()
+}
+
+/// The one key under `prefix` (sent in an inline `KEYS`: no spaces in it).
+fn only_key(server: &RedisServer, prefix: &str) -> String {
+    let keys = server.command(&format!("KEYS {prefix}*")).unwrap();
+    keys.lines().nth(2).unwrap().to_owned()
+}
+
 /// The key's TTL outlives its state by the grace and is pushed out only
 /// when it runs short (docs/redis-state.md): the first write gives the
 /// state's time plus two graces; a later write that needs no more leaves
@@ -299,10 +311,6 @@ fn a_key_s_ttl_is_pushed_out_only_when_it_runs_short() {
     let runtime = runtime();
     let _context = runtime.enter();
     let server = RedisServer::start_with_module();
-    let pttl = |key: &str| -> i64 {
-        let reply = server.command(&format!("PTTL {key}")).unwrap();
-        reply.trim().trim_start_matches(':').parse().unwrap()
-    };
     // A fixed window of 10 s whose state expires at the window's end; the
     // stores' grace is 3,600,000 ms (support::engines::store).
     let limit = Limit::new(
@@ -326,16 +334,18 @@ fn a_key_s_ttl_is_pushed_out_only_when_it_runs_short() {
             assert!(decisions[0].allowed, "{engine:?}");
         };
         check(0);
-        let keys = server.command(&format!("KEYS {prefix}*")).unwrap();
-        let key = keys.lines().nth(2).unwrap().to_owned();
-        let first = pttl(&key);
+        let key = only_key(&server, &prefix);
+        let first = pttl(&server, &key);
         assert!(
             first > 10_000 + 2 * GRACE_MS - SLACK_MS && first <= 10_000 + 2 * GRACE_MS,
             "{engine:?}: first TTL {first}"
         );
         // 1 s later the state needs 9 s: the TTL is long enough, untouched.
         check(1_000);
-        assert!(pttl(&key) <= first, "{engine:?}: pushed out needlessly");
+        assert!(
+            pttl(&server, &key) <= first,
+            "{engine:?}: pushed out needlessly"
+        );
         // Shorter than the state's 8 s plus the grace: pushed out again.
         let short = GRACE_MS;
         assert!(server
@@ -343,7 +353,7 @@ fn a_key_s_ttl_is_pushed_out_only_when_it_runs_short() {
             .unwrap()
             .starts_with(":1"));
         check(2_000);
-        let pushed = pttl(&key);
+        let pushed = pttl(&server, &key);
         assert!(
             pushed > 8_000 + 2 * GRACE_MS - SLACK_MS && pushed <= 8_000 + 2 * GRACE_MS,
             "{engine:?}: TTL {pushed} after running short"
@@ -362,10 +372,6 @@ fn a_key_with_several_limits_lives_by_its_longest_state_in_any_order() {
     let runtime = runtime();
     let _context = runtime.enter();
     let server = RedisServer::start_with_module();
-    let pttl = |key: &str| -> i64 {
-        let reply = server.command(&format!("PTTL {key}")).unwrap();
-        reply.trim().trim_start_matches(':').parse().unwrap()
-    };
     // Fixed windows of 10 s and 30 min from an instant both start at: the
     // states expire 10 s and 1,800 s from it, less than a grace apart
     // (3,600,000 ms, support::engines::store).
@@ -394,9 +400,8 @@ fn a_key_with_several_limits_lives_by_its_longest_state_in_any_order() {
                 .block_on(store.check(&requests, Moment::At(START), 1))
                 .unwrap();
             assert!(decisions.iter().all(|d| d.allowed), "{engine:?}, {order}");
-            let keys = server.command(&format!("KEYS {prefix}*")).unwrap();
-            let key = keys.lines().nth(2).unwrap().to_owned();
-            let ttl = pttl(&key);
+            let key = only_key(&server, &prefix);
+            let ttl = pttl(&server, &key);
             assert!(
                 ttl > LONGEST_MS + 2 * GRACE_MS - SLACK_MS && ttl <= LONGEST_MS + 2 * GRACE_MS,
                 "{engine:?}, {order}: TTL {ttl}"
