@@ -38,37 +38,37 @@ pub trait AnswerBody {
 /// Bytes a thread's answer bodies are carved from, a block at a time.
 const BLOCK: usize = 16 * 1024;
 
-/// A body written past this gives its scratch buffer back to the
-/// allocator afterwards.
-const KEPT_SCRATCH: usize = 64 * 1024;
+/// Room left in the block below which another is started before a body
+/// is written: more than a decision without statuses takes, so the common
+/// body is written once, in place. A longer body grows the block as it is
+/// written, and a block grown past [`BLOCK`] is let go with its body.
+const ROOM: usize = 512;
 
 impl AnswerBody for DecisionBody {
     fn to_json(&self) -> Result<Bytes, serde_json::Error> {
         thread_local! {
-            // Each worker thread writes its answers into `scratch`, then
-            // copies each into `block` and splits it off: no allocation per
-            // answer. The block is taken back whole once the bodies carved
-            // from it are sent and dropped, or another is started.
-            static BUFFERS: RefCell<(Vec<u8>, BytesMut)> =
-                RefCell::new((Vec::new(), BytesMut::new()));
+            // Each worker thread writes its answers into `block` and splits
+            // each off: no allocation and no copy per answer. The block is
+            // taken back whole once the bodies carved from it are sent and
+            // dropped, or another is started.
+            static BLOCK_OF_BODIES: RefCell<BytesMut> = RefCell::new(BytesMut::new());
         }
-        Ok(BUFFERS.with(|buffers| {
-            let Ok(mut buffers) = buffers.try_borrow_mut() else {
+        Ok(BLOCK_OF_BODIES.with(|block| {
+            let Ok(mut block) = block.try_borrow_mut() else {
                 let mut out = Vec::new();
                 self.write_json(&mut out);
                 return Bytes::from(out);
             };
-            let (scratch, block) = &mut *buffers;
-            scratch.clear();
-            self.write_json(scratch);
-            if block.capacity() < scratch.len() {
-                block.reserve(scratch.len().max(BLOCK));
+            if block.capacity() < ROOM {
+                block.reserve(BLOCK);
             }
-            block.extend_from_slice(scratch);
-            if scratch.capacity() > KEPT_SCRATCH {
-                *scratch = Vec::new();
+            self.write_json(&mut *block);
+            let body = block.split().freeze();
+            if body.len() > BLOCK {
+                // Grown past a block: not kept for the bodies after.
+                *block = BytesMut::new();
             }
-            block.split().freeze()
+            body
         }))
     }
 }

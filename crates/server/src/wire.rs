@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::BufMut;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use tollgate_core::time::nanos_to_ms_ceil;
@@ -257,59 +258,59 @@ impl DecisionBody {
     /// for it (the derived `Serialize` is the reference, and a test holds
     /// the two together), without going through serde's map serializer —
     /// every field but a status's `name` is a number or a boolean.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        out.push(b'{');
+    pub fn write_json<B: BufMut>(&self, out: &mut B) {
+        out.put_u8(b'{');
         write_fields(out, &self.fields);
         if let Some(wait) = self.wait_ms {
             push_u64(out, b",\"wait_ms\":", wait);
         }
         if let Some(statuses) = &self.statuses {
-            out.extend_from_slice(b",\"statuses\":[");
+            out.put_slice(b",\"statuses\":[");
             for (i, status) in statuses.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.put_u8(b',');
                 }
                 status.write_json(out);
             }
-            out.push(b']');
+            out.put_u8(b']');
         }
         if self.shadow_rejected {
-            out.extend_from_slice(b",\"shadow_rejected\":true");
+            out.put_slice(b",\"shadow_rejected\":true");
         }
         if let Some(ticket) = &self.ticket {
-            out.extend_from_slice(b",\"ticket\":");
-            // serde_json's string escaping; writing into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut *out, ticket);
+            out.put_slice(b",\"ticket\":");
+            // serde_json's string escaping; writing into a buffer cannot fail.
+            let _ = serde_json::to_writer((&mut *out).writer(), ticket);
         }
-        out.push(b'}');
+        out.put_u8(b'}');
     }
 }
 
 impl StatusBody {
-    fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"name\":");
+    fn write_json<B: BufMut>(&self, out: &mut B) {
+        out.put_slice(b"{\"name\":");
         match &self.name {
-            // serde_json's string escaping; writing into a Vec cannot fail.
+            // serde_json's string escaping; writing into a buffer cannot fail.
             Some(name) => {
-                let _ = serde_json::to_writer(&mut *out, name);
+                let _ = serde_json::to_writer((&mut *out).writer(), name);
             }
-            None => out.extend_from_slice(b"null"),
+            None => out.put_slice(b"null"),
         }
-        out.push(b',');
+        out.put_u8(b',');
         write_fields(out, &self.fields);
         if self.shadow {
-            out.extend_from_slice(b",\"shadow\":true");
+            out.put_slice(b",\"shadow\":true");
         }
         if self.unlimited {
-            out.extend_from_slice(b",\"unlimited\":true");
+            out.put_slice(b",\"unlimited\":true");
         }
-        out.push(b'}');
+        out.put_u8(b'}');
     }
 }
 
 /// The members of `fields`, in declaration order, without braces.
-fn write_fields(out: &mut Vec<u8>, fields: &DecisionFields) {
-    out.extend_from_slice(if fields.allowed {
+fn write_fields<B: BufMut>(out: &mut B, fields: &DecisionFields) {
+    out.put_slice(if fields.allowed {
         b"\"allowed\":true"
     } else {
         b"\"allowed\":false"
@@ -323,26 +324,26 @@ fn write_fields(out: &mut Vec<u8>, fields: &DecisionFields) {
         push_u64(out, b",\"lease\":", lease);
     }
     if fields.degraded {
-        out.extend_from_slice(b",\"degraded\":true");
+        out.put_slice(b",\"degraded\":true");
     }
     if let Some(sync) = fields.sync {
-        out.extend_from_slice(b",\"sync\":\"");
-        out.extend_from_slice(sync.as_bytes());
-        out.push(b'"');
+        out.put_slice(b",\"sync\":\"");
+        out.put_slice(sync.as_bytes());
+        out.put_u8(b'"');
     }
 }
 
-fn push_u64(out: &mut Vec<u8>, key: &[u8], value: u64) {
-    out.extend_from_slice(key);
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+fn push_u64<B: BufMut>(out: &mut B, key: &[u8], value: u64) {
+    out.put_slice(key);
+    out.put_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
-fn push_optional_u64(out: &mut Vec<u8>, key: &[u8], value: Option<u64>) {
+fn push_optional_u64<B: BufMut>(out: &mut B, key: &[u8], value: Option<u64>) {
     match value {
         Some(value) => push_u64(out, key, value),
         None => {
-            out.extend_from_slice(key);
-            out.extend_from_slice(b"null");
+            out.put_slice(key);
+            out.put_slice(b"null");
         }
     }
 }
