@@ -9,8 +9,9 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
-use tollgate_core::Decision;
+use tollgate_core::{Decision, Limit};
 
+use crate::decide::with_inline_applied;
 use crate::headers::{add_rate_limit_headers, AppliedLimit};
 use crate::wire::DecisionBody;
 
@@ -20,13 +21,25 @@ pub struct Answer<B> {
     /// The JSON body.
     pub body: B,
     /// Every limit that applied, in order.
-    pub applied: Vec<AppliedLimit<'static>>,
+    pub applied: Applied,
     /// The most constrained decision, for the `X-RateLimit-*` headers.
     pub top: Option<Decision>,
     /// Answer `429`.
     pub rejected: bool,
     /// Send the rate-limit headers.
     pub headers: bool,
+}
+
+/// The limits that applied to an [`Answer`], for its headers.
+#[derive(Debug, Clone)]
+pub enum Applied {
+    /// Every limit that applied, in order.
+    Limits(Vec<AppliedLimit<'static>>),
+    /// One inline limit, whose decision is the answer's `top`: its name
+    /// and policy are the thread's kept ones
+    /// ([`with_inline_applied`]), lent when the headers are written
+    /// rather than copied into each answer.
+    Inline(Limit),
 }
 
 /// The body of an [`Answer`], written as JSON.
@@ -98,12 +111,24 @@ impl<B: AnswerBody> IntoResponse for Answer<B> {
         let mut headers = HeaderMap::with_capacity(MOST_HEADERS);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if self.headers {
-            add_rate_limit_headers(
-                &mut headers,
-                &self.applied,
-                self.top.as_ref(),
-                self.rejected,
-            );
+            let top = self.top.as_ref();
+            match (&self.applied, top) {
+                (Applied::Inline(limit), Some(decision)) => {
+                    with_inline_applied(limit, *decision, |applied| {
+                        add_rate_limit_headers(
+                            &mut headers,
+                            std::slice::from_ref(applied),
+                            top,
+                            self.rejected,
+                        );
+                    });
+                }
+                (Applied::Limits(applied), _) => {
+                    add_rate_limit_headers(&mut headers, applied, top, self.rejected);
+                }
+                // Never: an inline answer has its decision.
+                (Applied::Inline(_), None) => {}
+            }
         }
         *response.headers_mut() = headers;
         response

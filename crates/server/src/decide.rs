@@ -28,7 +28,7 @@ use tollgate_rules::check::{denied, limit_name, DescriptorOutcome, Outcome, Plan
 use tollgate_rules::overrides::Found;
 use tollgate_rules::{Rule, RuleSet};
 
-use crate::answer::Answer;
+use crate::answer::{Answer, Applied};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::headers::AppliedLimit;
@@ -358,7 +358,7 @@ async fn check_inline<S: Store>(
             shadow_rejected: verdict == Verdict::ShadowRejected,
             ticket: None,
         },
-        applied: vec![inline_applied(limit, decision)],
+        applied: Applied::Inline(*limit),
         top: Some(decision),
         rejected: verdict == Verdict::Rejected,
         headers: app.settings().headers,
@@ -370,25 +370,30 @@ async fn check_inline<S: Store>(
 /// copied. Clients send the same few limits over and over, and formatting
 /// cost more than the rest of the headers.
 pub fn inline_name(limit: &Limit) -> String {
-    inline_header(limit).0
+    with_inline_header(limit, |name, _| name.to_owned())
 }
 
-/// `limit`'s decision as the headers describe it: its name
-/// ([`inline_name`]) and its policy, both kept per thread.
-fn inline_applied(limit: &Limit, decision: Decision) -> AppliedLimit<'static> {
-    let (name, policy) = inline_header(limit);
-    AppliedLimit {
-        name: name.into(),
-        policy,
-        decision,
-    }
+/// Calls `f` with `limit`'s decision as the headers describe it: its name
+/// ([`inline_name`]) and its policy, the thread's kept ones lent rather
+/// than copied.
+pub fn with_inline_applied<R>(
+    limit: &Limit,
+    decision: Decision,
+    f: impl FnOnce(&AppliedLimit<'_>) -> R,
+) -> R {
+    with_inline_header(limit, |name, policy| {
+        f(&AppliedLimit {
+            name: name.into(),
+            policy,
+            decision,
+        })
+    })
 }
 
-/// What the headers say of an inline limit, its name and its
-/// `RateLimit-Policy` quota: worked out once per limit and thread (the
-/// policy of a bucket or a sliding window takes divisions), the name
-/// copied after.
-fn inline_header(limit: &Limit) -> (String, QuotaPolicy) {
+/// Calls `f` with what the headers say of an inline limit, its name and
+/// its `RateLimit-Policy` quota: worked out once per limit and thread (the
+/// policy of a bucket or a sliding window takes divisions) and lent after.
+fn with_inline_header<R>(limit: &Limit, f: impl FnOnce(&str, QuotaPolicy) -> R) -> R {
     /// Limits kept per thread: a client's few limits, without a lock.
     const KEPT: usize = 8;
     /// A limit, its name and its policy.
@@ -398,21 +403,26 @@ fn inline_header(limit: &Limit) -> (String, QuotaPolicy) {
     }
     NAMES.with(|names| {
         let Ok(mut names) = names.try_borrow_mut() else {
-            return (limit.to_string(), limit.policy());
+            return f(&limit.to_string(), limit.policy());
         };
         let (next, kept) = &mut *names;
-        if let Some((_, name, policy)) = kept.iter().find(|(l, _, _)| l == limit) {
-            return (name.clone(), *policy);
-        }
-        let name = limit.to_string();
-        let policy = limit.policy();
-        if kept.len() < KEPT {
-            kept.push((*limit, name.clone(), policy));
-        } else {
-            kept[*next] = (*limit, name.clone(), policy);
-            *next = (*next + 1) % KEPT;
-        }
-        (name, policy)
+        let i = match kept.iter().position(|(l, _, _)| l == limit) {
+            Some(i) => i,
+            None => {
+                let made = (*limit, limit.to_string(), limit.policy());
+                if kept.len() < KEPT {
+                    kept.push(made);
+                    kept.len() - 1
+                } else {
+                    let i = *next;
+                    kept[i] = made;
+                    *next = (i + 1) % KEPT;
+                    i
+                }
+            }
+        };
+        let (_, name, policy) = &kept[i];
+        f(name, *policy)
     })
 }
 
@@ -512,7 +522,7 @@ async fn check_rules<S: Store>(
             shadow_rejected: outcome.shadow_rejected,
             ticket: None,
         },
-        applied,
+        applied: Applied::Limits(applied),
         top,
         rejected: !outcome.allowed,
         headers: app.settings().headers,
@@ -590,7 +600,7 @@ async fn reserve_limits<S: Store>(
                 shadow_rejected: false,
                 ticket: None,
             },
-            applied: Vec::new(),
+            applied: Applied::Limits(Vec::new()),
             top: Some(decision),
             rejected: true,
             headers: app.settings().headers,
@@ -605,7 +615,7 @@ async fn reserve_limits<S: Store>(
                 shadow_rejected: false,
                 ticket: None,
             },
-            applied: Vec::new(),
+            applied: Applied::Limits(Vec::new()),
             top: None,
             rejected: false,
             headers: app.settings().headers,
@@ -643,7 +653,7 @@ async fn reserve_limits<S: Store>(
             shadow_rejected: false,
             ticket: None,
         },
-        applied,
+        applied: Applied::Limits(applied),
         top: Some(top_for_headers),
         rejected: !booking.booked,
         headers: app.settings().headers,
@@ -670,7 +680,8 @@ mod tests {
                     limit.burst = Some(n + round);
                 }
                 assert_eq!(inline_name(&limit), limit.to_string());
-                let applied = inline_applied(&limit, Decision::default());
+                let applied =
+                    with_inline_applied(&limit, Decision::default(), |a| a.clone().into_owned());
                 assert_eq!(
                     applied,
                     AppliedLimit::of(limit.to_string(), &limit, Decision::default())

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tollgate_core::Store;
 use tollgate_rules::RateLimitUnit;
 
-use crate::answer::{Answer, AnswerBody};
+use crate::answer::{Answer, AnswerBody, Applied};
 use crate::app::App;
 use crate::envoy::{self, Code, DescriptorStatus, EnvoyDescriptor, EnvoyRequest};
 use crate::error::ApiError;
@@ -245,7 +245,7 @@ pub(crate) async fn should_rate_limit<S: Store>(
             overall_code: code_name(response.overall_code),
             statuses: response.statuses.into_iter().map(status_json).collect(),
         },
-        applied: response.applied,
+        applied: Applied::Limits(response.applied),
         top: response.top,
         rejected,
         headers,
