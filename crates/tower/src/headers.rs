@@ -96,37 +96,68 @@ struct Policy {
     names: Vec<Range<usize>>,
     /// `X-RateLimit-Limit` of the last answers with these limits.
     limit: KeptNumber,
+    /// `X-RateLimit-Remaining` of the last answers with these limits.
+    remaining: KeptNumber,
     /// `X-RateLimit-Reset` of the last answers with these limits.
     reset: KeptNumber,
+    /// `RateLimit` of the last answers with these limits, when they are
+    /// one limit: its remaining quota and seconds to reset.
+    rate_limit: Kept<(u64, u64)>,
 }
 
 /// A number that the same header of one list of limits repeats from
-/// answer to answer (the limit, a reset a second away), kept as a value
-/// once two answers in a row had it: a kept value is shared, rather than
-/// written, split off and checked again.
-#[derive(Default)]
-struct KeptNumber {
-    /// The number of the last answer.
-    last: Option<u64>,
-    /// `last` as a value of its own bytes, once it came twice.
+/// answer to answer (the limit, a reset a second away, the remaining
+/// quota of keys seen once), kept as a value once two answers in a row had
+/// it: a kept value is shared, rather than written, split off and checked
+/// again.
+type KeptNumber = Kept<u64>;
+
+/// A header value that repeats from answer to answer, kept once two
+/// answers in a row had the same `K` (what it is written from).
+struct Kept<K> {
+    /// What the value of the last answer was written from.
+    last: Option<K>,
+    /// The value of `last`, once it came twice.
     value: Option<HeaderValue>,
 }
 
-impl KeptNumber {
-    /// `n` as a header value: the kept one, or written into `buf`.
-    fn value(&mut self, buf: &mut BytesMut, n: u64) -> Result<HeaderValue, InvalidHeaderValue> {
-        if self.last != Some(n) {
-            self.last = Some(n);
+impl<K> Default for Kept<K> {
+    fn default() -> Self {
+        Kept {
+            last: None,
+            value: None,
+        }
+    }
+}
+
+impl<K: PartialEq + Copy> Kept<K> {
+    /// The value for `key`: the kept one, or `write(buf)` (whose bytes are
+    /// then copied into a value of their own, kept, if `key` came twice).
+    fn value(
+        &mut self,
+        buf: &mut BytesMut,
+        key: K,
+        write: impl FnOnce(&mut BytesMut) -> Result<HeaderValue, InvalidHeaderValue>,
+    ) -> Result<HeaderValue, InvalidHeaderValue> {
+        if self.last != Some(key) {
+            self.last = Some(key);
             self.value = None;
-            return number(buf, n);
+            return write(buf);
         }
         if let Some(value) = &self.value {
             return Ok(value.clone());
         }
         // Bytes of its own: a kept value must not hold a thread's block.
-        let value = HeaderValue::from(n);
+        let value = HeaderValue::from_bytes(write(buf)?.as_bytes())?;
         self.value = Some(value.clone());
         Ok(value)
+    }
+}
+
+impl Kept<u64> {
+    /// `n` as a header value: the kept one, or written into `buf`.
+    fn number(&mut self, buf: &mut BytesMut, n: u64) -> Result<HeaderValue, InvalidHeaderValue> {
+        self.value(buf, n, |buf| number(buf, n))
     }
 }
 
@@ -194,7 +225,22 @@ impl Writer {
         let (Some(buf), Some(policy)) = (self.buf.as_mut(), self.policies.get_mut(p)) else {
             return;
         };
-        insert(headers, RATELIMIT, rate_limit_value(buf, policy, applied));
+        let rate_limit = match applied {
+            // One limit: its value repeats while its remaining quota and
+            // reset do.
+            [one] => {
+                let key = (
+                    one.decision.remaining,
+                    duration_to_secs_ceil(one.decision.reset_after),
+                );
+                let (value, names) = (&policy.value, &policy.names);
+                policy
+                    .rate_limit
+                    .value(buf, key, |buf| rate_limit_value(buf, value, names, applied))
+            }
+            _ => rate_limit_value(buf, &policy.value, &policy.names, applied),
+        };
+        insert(headers, RATELIMIT, rate_limit);
         if applied.iter().any(|a| a.decision.degraded) {
             headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
         }
@@ -202,11 +248,15 @@ impl Writer {
             insert(
                 headers,
                 X_RATELIMIT_LIMIT,
-                policy.limit.value(buf, top.limit),
+                policy.limit.number(buf, top.limit),
             );
-            insert(headers, X_RATELIMIT_REMAINING, number(buf, top.remaining));
+            insert(
+                headers,
+                X_RATELIMIT_REMAINING,
+                policy.remaining.number(buf, top.remaining),
+            );
             let reset = duration_to_secs_ceil(top.reset_after);
-            insert(headers, X_RATELIMIT_RESET, policy.reset.value(buf, reset));
+            insert(headers, X_RATELIMIT_RESET, policy.reset.number(buf, reset));
             if rejected {
                 insert(
                     headers,
@@ -219,15 +269,16 @@ impl Writer {
 }
 
 /// The `RateLimit` value of `applied`, whose `RateLimit-Policy` is
-/// `policy`: each limit's quoted name again, with its remaining quota and
-/// the seconds until it resets.
+/// `policy`, its quoted names at `names`: each limit's quoted name again,
+/// with its remaining quota and the seconds until it resets.
 fn rate_limit_value(
     buf: &mut BytesMut,
-    policy: &Policy,
+    policy: &HeaderValue,
+    names: &[Range<usize>],
     applied: &[AppliedLimit<'_>],
 ) -> Result<HeaderValue, InvalidHeaderValue> {
-    let quoted = policy.value.as_bytes();
-    for (i, (a, name)) in applied.iter().zip(&policy.names).enumerate() {
+    let quoted = policy.as_bytes();
+    for (i, (a, name)) in applied.iter().zip(names).enumerate() {
         if i > 0 {
             buf.extend_from_slice(b", ");
         }
@@ -290,7 +341,9 @@ fn write_policy(applied: &[AppliedLimit<'_>]) -> Policy {
         value,
         names,
         limit: KeptNumber::default(),
+        remaining: KeptNumber::default(),
         reset: KeptNumber::default(),
+        rate_limit: Kept::default(),
     }
 }
 
@@ -443,6 +496,41 @@ mod tests {
             assert_eq!(h[&X_RATELIMIT_REMAINING], remaining.to_string().as_str());
             assert_eq!(h[&X_RATELIMIT_RESET], reset.to_string().as_str());
             assert_eq!(h[&RATELIMIT], format!("\"kept\";r={remaining};t={reset}"));
+        }
+    }
+
+    #[test]
+    fn repeated_remaining_quotas_and_rate_limits_are_the_values_written_fresh() {
+        // (remaining, reset ms) of one limit's answers, each repeated
+        // after a change, and kept values met again after others.
+        let answers = [
+            (999, 1000),
+            (999, 1000),
+            (999, 1000),
+            (999, 2000),
+            (999, 2000),
+            (998, 2000),
+            (998, 2000),
+            (999, 1000),
+            (999, 1000),
+            (0, 1000),
+        ];
+        for (remaining, reset_ms) in answers {
+            let limits = [applied("kept-remaining", "1000/s", remaining, reset_ms)];
+            let h = rate_limit_headers(&limits, Some(&limits[0].decision), false);
+            let reset = reset_ms / 1000;
+            assert_eq!(h[&X_RATELIMIT_REMAINING], remaining.to_string().as_str());
+            assert_eq!(
+                h[&RATELIMIT],
+                format!("\"kept-remaining\";r={remaining};t={reset}")
+            );
+            // Two limits are written fresh, beside the kept values of one.
+            let pair = [limits[0].clone(), applied("other", "10/s", 3, 500)];
+            let h = rate_limit_headers(&pair, Some(&pair[0].decision), false);
+            assert_eq!(
+                h[&RATELIMIT],
+                format!("\"kept-remaining\";r={remaining};t={reset}, \"other\";r=3;t=1")
+            );
         }
     }
 
