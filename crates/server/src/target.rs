@@ -105,6 +105,88 @@ pub fn store_key(key: &str, settings: &Settings) -> Result<Vec<u8>, ApiError> {
 /// before anything is counted), not on every request; but `sync: async`
 /// where usage cannot be merged is refused here.
 pub fn limit_of(spec: &LimitSpec) -> Result<Limit, ApiError> {
+    if !is_plain(spec) {
+        return build_limit(spec);
+    }
+    if let Some(limit) = kept_plain_limit(spec.algorithm.as_deref(), &spec.rate) {
+        return Ok(limit);
+    }
+    let limit = build_limit(spec)?;
+    keep_plain_limit(spec.algorithm.as_deref(), &spec.rate, limit);
+    Ok(limit)
+}
+
+/// Whether `spec` is an algorithm and a rate alone, the limit most clients
+/// send on every request.
+fn is_plain(spec: &LimitSpec) -> bool {
+    let LimitSpec {
+        algorithm: _,
+        rate: _,
+        burst,
+        step,
+        lease_ttl,
+        window,
+        timezone,
+        anchor,
+        sync,
+    } = spec;
+    burst.is_none()
+        && step.is_none()
+        && lease_ttl.is_none()
+        && window.is_none()
+        && timezone.is_none()
+        && anchor.is_none()
+        && sync.is_none()
+}
+
+/// Plain limits kept per thread.
+const KEPT_PLAIN: usize = 4;
+/// Longer texts are built each time rather than kept.
+const KEPT_PLAIN_TEXT: usize = 32;
+
+/// An algorithm's and a rate's texts, and the limit built from them.
+type PlainLimit = (Option<Box<str>>, Box<str>, Limit);
+
+thread_local! {
+    /// The plain limits a thread built last (only those that were valid),
+    /// and the entry to replace next once full.
+    static PLAIN_LIMITS: RefCell<(usize, Vec<PlainLimit>)> =
+        const { RefCell::new((0, Vec::new())) };
+}
+
+/// The limit kept for a plain limit of these texts, if any.
+fn kept_plain_limit(algorithm: Option<&str>, rate: &str) -> Option<Limit> {
+    PLAIN_LIMITS.with(|kept| {
+        let kept = kept.try_borrow().ok()?;
+        kept.1
+            .iter()
+            .find(|(a, r, _)| **r == *rate && a.as_deref() == algorithm)
+            .map(|&(_, _, limit)| limit)
+    })
+}
+
+/// Keeps `limit`, built from these texts, for the requests after.
+fn keep_plain_limit(algorithm: Option<&str>, rate: &str, limit: Limit) {
+    if rate.len() > KEPT_PLAIN_TEXT || algorithm.is_some_and(|a| a.len() > KEPT_PLAIN_TEXT) {
+        return;
+    }
+    PLAIN_LIMITS.with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            return;
+        };
+        let (next, limits) = &mut *kept;
+        let entry = (algorithm.map(Box::from), Box::from(rate), limit);
+        if limits.len() < KEPT_PLAIN {
+            limits.push(entry);
+        } else {
+            limits[*next] = entry;
+            *next = (*next + 1) % KEPT_PLAIN;
+        }
+    });
+}
+
+/// The limit `spec` describes, built from its texts.
+fn build_limit(spec: &LimitSpec) -> Result<Limit, ApiError> {
     let calendar = calendar_of(spec)?;
     let algorithm = match spec.algorithm.as_deref() {
         Some(name) => name.parse::<AlgorithmName>()?,
@@ -328,6 +410,8 @@ fn invalid(message: impl Into<String>) -> ApiError {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
     use crate::wire::EntrySpec;
 
@@ -348,6 +432,65 @@ mod tests {
             }
             assert!(rate_of("1/fortnight").is_err());
             assert!(rate_of("0/s").is_err());
+        }
+    }
+
+    #[test]
+    fn kept_plain_limits_are_the_built_ones_and_bad_ones_stay_refused() {
+        let algorithms = [
+            None,
+            Some("gcra"),
+            Some("token_bucket"),
+            Some("fixed_window"),
+        ];
+        let rates: Vec<String> = (1..=6u64).map(|n| format!("{n}/s")).collect();
+        for _round in 0..3 {
+            for algorithm in algorithms {
+                for rate in &rates {
+                    let spec = LimitSpec {
+                        algorithm: algorithm.map(Cow::Borrowed),
+                        ..plain_spec(rate)
+                    };
+                    let kept = limit_of(&spec).map_err(|e| e.message);
+                    let built = build_limit(&spec).map_err(|e| e.message);
+                    assert_eq!(kept, built, "{algorithm:?} {rate}");
+                    assert!(kept.is_ok(), "{algorithm:?} {rate}");
+                }
+                // Never kept: refused each time, as built.
+                for rate in ["0/s", "1/fortnight"] {
+                    let spec = LimitSpec {
+                        algorithm: algorithm.map(Cow::Borrowed),
+                        ..plain_spec(rate)
+                    };
+                    assert!(limit_of(&spec).is_err(), "{algorithm:?} {rate}");
+                }
+            }
+            let spec = LimitSpec {
+                algorithm: Some(Cow::Borrowed("no_such_algorithm")),
+                ..plain_spec("1/s")
+            };
+            assert!(limit_of(&spec).is_err());
+            // Not plain: built each time, with its options.
+            let spec = LimitSpec {
+                algorithm: Some(Cow::Borrowed("token_bucket")),
+                burst: Some(7),
+                ..plain_spec("1/s")
+            };
+            assert_eq!(limit_of(&spec).map(|l| l.burst).ok(), Some(Some(7)));
+        }
+    }
+
+    fn plain_spec(rate: &str) -> LimitSpec<'_> {
+        LimitSpec {
+            algorithm: None,
+            rate: Cow::Borrowed(rate),
+            burst: None,
+            step: None,
+            lease_ttl: None,
+            window: None,
+            timezone: None,
+            anchor: None,
+            sync: None,
         }
     }
 
