@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::envoy::{self, Code, EnvoyDescriptor, EnvoyRequest};
 use crate::error::ApiError;
 use crate::headers::rate_limit_headers;
+use crate::latency::LatencyHistogram;
 use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     self, DescriptorStatus, RateLimit,
@@ -33,6 +34,9 @@ use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRes
 pub struct RateLimitGrpc<S> {
     app: App<S>,
     response_headers: bool,
+    /// The `grpc` route's latency histogram, kept rather than found by
+    /// name per call.
+    latency: LatencyHistogram,
 }
 
 impl<S: Store> RateLimitGrpc<S> {
@@ -40,6 +44,7 @@ impl<S: Store> RateLimitGrpc<S> {
     /// go into `response_headers_to_add` for Envoy to pass on.
     pub fn new(app: App<S>, response_headers: bool) -> RateLimitGrpc<S> {
         RateLimitGrpc {
+            latency: app.metrics().route_latency("grpc"),
             app,
             response_headers,
         }
@@ -119,9 +124,7 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
             envoy::should_rate_limit(&self.app, &request, Moment::Now, self.response_headers)
                 .await
                 .map_err(status_of)?;
-        self.app
-            .metrics()
-            .observe_latency("grpc", started.elapsed());
+        self.latency.observe(started.elapsed());
         let over = answer.overall_code == Code::OverLimit;
         let response_headers_to_add = if self.response_headers {
             let headers = rate_limit_headers(&answer.applied, answer.top.as_ref(), over);

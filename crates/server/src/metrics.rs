@@ -19,12 +19,12 @@
 //! are touched only when a request is refused.
 
 use std::borrow::Cow;
-use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use foldhash::fast::RandomState;
 use hashbrown::{Equivalent, HashMap};
 use parking_lot::{Mutex, RwLock};
 use prometheus_client::encoding::text::encode;
@@ -166,7 +166,9 @@ pub struct Metrics {
     detailed: Mutex<ValueLabels>,
     values_per_rule: usize,
     /// Handles onto each (domain, rule)'s counters, so counting a decision
-    /// neither allocates labels nor hashes them into five families.
+    /// neither allocates labels nor hashes them into five families; hashed
+    /// with foldhash, seeded at random (see the root Cargo.toml), since a
+    /// decision hashes its rule's labels here every time.
     by_rule: RwLock<HashMap<RuleKey, RuleCounters, RandomState>>,
     /// The counters of inline limits (`rule="inline"`), made on the first
     /// inline decision, so counting one is a few atomic increments.
@@ -350,10 +352,10 @@ impl Metrics {
             connections_rejected: Family::default(),
             detailed: Mutex::new(ValueLabels::default()),
             values_per_rule: DEFAULT_VALUES_PER_RULE,
-            by_rule: RwLock::new(HashMap::with_hasher(RandomState::new())),
+            by_rule: RwLock::new(HashMap::with_hasher(RandomState::default())),
             inline: OnceLock::new(),
             routes: Vec::new(),
-            refused: RwLock::new(HashMap::with_hasher(RandomState::new())),
+            refused: RwLock::new(HashMap::with_hasher(RandomState::default())),
             history: Mutex::new(History::new()),
             last_reload: Mutex::new(None),
             store_kind: "memory",
@@ -770,6 +772,15 @@ impl Metrics {
             return Cow::Borrowed(label);
         }
         Cow::Owned(format!("{rule}._other_"))
+    }
+
+    /// The latency histogram of `route`, as a handle a route keeps to
+    /// observe into without finding it by name on every request.
+    pub(crate) fn route_latency(&self, route: &'static str) -> LatencyHistogram {
+        match self.routes.iter().find(|(name, _)| *name == route) {
+            Some((_, histogram)) => histogram.clone(),
+            None => self.latency.get_or_create(&RouteLabels { route }).clone(),
+        }
     }
 
     /// Records how long a decision on `route` took.
