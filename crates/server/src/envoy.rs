@@ -213,7 +213,7 @@ pub async fn should_rate_limit<S: Store>(
         top: None,
         passed_metadata: Vec::new(),
         with_headers,
-        verdicts: Vec::new(),
+        verdicts: Vec::with_capacity(request.descriptors.len()),
         quota_decisions: Vec::new(),
     };
     let global_quota = app.settings().quota_mode;
@@ -362,34 +362,43 @@ async fn decide_rule<S: Store>(
             ..Decision::default()
         }
     } else {
-        let decisions = match rule.limits() {
+        let label = rule.name().unwrap_or(rule.id());
+        match rule.limits() {
+            // One limit, the usual rule: the store answers its decision
+            // without a list around it.
             [limit] => {
-                app.store()
-                    .check(&[LimitKey { limit, key }], at, hits)
-                    .await
+                let decision = store(
+                    app,
+                    app.store()
+                        .check_one(LimitKey { limit, key }, at, hits)
+                        .await,
+                )?;
+                if response.with_headers {
+                    response
+                        .applied
+                        .push(AppliedLimit::of(label.to_owned(), limit, decision));
+                }
+                decision
             }
             limits => {
                 let requests: Vec<LimitKey<'_>> =
                     limits.iter().map(|limit| LimitKey { limit, key }).collect();
-                app.store().check(&requests, at, hits).await
-            }
-        };
-        let decisions = store(app, decisions)?;
-        if response.with_headers {
-            let label = rule.name().unwrap_or(rule.id());
-            for (limit, d) in rule.limits().iter().zip(&decisions) {
-                let label = if rule.limits().len() > 1 {
-                    format!("{label}:{}", limit.rate)
-                } else {
-                    label.to_owned()
-                };
-                response.applied.push(AppliedLimit::of(label, limit, *d));
+                let decisions = store(app, app.store().check(&requests, at, hits).await)?;
+                if response.with_headers {
+                    for (limit, d) in limits.iter().zip(&decisions) {
+                        response.applied.push(AppliedLimit::of(
+                            format!("{label}:{}", limit.rate),
+                            limit,
+                            *d,
+                        ));
+                    }
+                }
+                decisions
+                    .into_iter()
+                    .reduce(Decision::most_constrained)
+                    .unwrap_or_default()
             }
         }
-        decisions
-            .into_iter()
-            .reduce(Decision::most_constrained)
-            .unwrap_or_default()
     };
     let verdict = Verdict::of(&decision, rule.shadow_mode() || global_shadow);
     app.metrics()
