@@ -73,10 +73,10 @@ fn with_scratch<T>(write: impl FnOnce(&mut Vec<u8>) -> T) -> T {
 }
 
 /// The longest hash field accepted (the store's are a few dozen bytes).
-const MAX_FIELD: usize = 512;
+pub(crate) const MAX_FIELD: usize = 512;
 
 /// The most TTL grace accepted, in ms (a year).
-const MAX_GRACE_MS: u64 = 365 * 24 * 3_600_000;
+pub(crate) const MAX_GRACE_MS: u64 = 365 * 24 * 3_600_000;
 
 /// `TOLLGATE.DECIDE2`: never panics into Redis, whatever the arguments.
 pub(crate) extern "C" fn decide(
@@ -333,18 +333,18 @@ fn run(ctx: *mut RedisModuleCtx, args: &[Arg]) -> Result<(), Error> {
 
 /// Whether every byte is printable ASCII (space to `~`); without an early
 /// exit, so that it runs on whole words of the field at once.
-fn printable(bytes: &[u8]) -> bool {
+pub(crate) fn printable(bytes: &[u8]) -> bool {
     bytes
         .iter()
         .fold(true, |all, &b| all & (b.wrapping_sub(0x20) < 0x5f))
 }
 
 /// Where one changed state goes.
-struct Write<'a> {
-    ctx: *mut RedisModuleCtx,
-    name: &'a Arg,
-    key: &'a Key,
-    field: *mut RedisModuleString,
+pub(crate) struct Write<'a> {
+    pub(crate) ctx: *mut RedisModuleCtx,
+    pub(crate) name: &'a Arg,
+    pub(crate) key: &'a Key,
+    pub(crate) field: *mut RedisModuleString,
 }
 
 impl Write<'_> {
@@ -352,7 +352,7 @@ impl Write<'_> {
     /// new (at any time, for a `timeless` release); replicates what it
     /// did. Returns the TTL (ms) the key needs for this state, the
     /// state's time plus the grace ([`apply_ttl`]), `None` when deleted.
-    fn store(
+    pub(crate) fn store(
         &self,
         expires: u64,
         encode: impl FnOnce(&mut Vec<u8>),
@@ -386,7 +386,7 @@ impl Write<'_> {
 /// again, so that most writes leave the TTL as it is, and the TTL depends
 /// neither on the order of the key's fields nor on Redis's clock ticking
 /// between their writes (docs/redis-state.md). Replicated as `PEXPIREAT`.
-fn apply_ttl(ctx: *mut RedisModuleCtx, name: &Arg, key: &Key, ttl: i64, grace_ms: u64) {
+pub(crate) fn apply_ttl(ctx: *mut RedisModuleCtx, name: &Arg, key: &Key, ttl: i64, grace_ms: u64) {
     if key.ttl().is_some_and(|current| current >= ttl) {
         return;
     }

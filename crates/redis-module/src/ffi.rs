@@ -284,3 +284,26 @@ impl Drop for Key {
         raw::close_key(self.key);
     }
 }
+
+/// Starts an array reply of `len` elements (each written by a reply call
+/// after it).
+pub(crate) fn reply_array(ctx: *mut RedisModuleCtx, len: usize) {
+    if let Some(reply) = api!(RedisModule_ReplyWithArray) {
+        // SAFETY: the running command's context; the caller writes `len`
+        // replies after it.
+        unsafe {
+            reply(
+                ctx,
+                std::os::raw::c_long::try_from(len).unwrap_or(std::os::raw::c_long::MAX),
+            )
+        };
+    }
+}
+
+/// Answers a null (an absent value).
+pub(crate) fn reply_null(ctx: *mut RedisModuleCtx) {
+    if let Some(reply) = api!(RedisModule_ReplyWithNull) {
+        // SAFETY: the running command's context.
+        unsafe { reply(ctx) };
+    }
+}

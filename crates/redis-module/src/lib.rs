@@ -11,6 +11,8 @@
 //!
 //! - `command`: `TOLLGATE.DECIDE2` and `TOLLGATE.RESET` — arguments, keys,
 //!   writes, TTLs, replication of the effects, the reply; panics caught.
+//! - `sync`: `TOLLGATE.SYNC`, the async sync mode's batch: many keys'
+//!   usage recorded and their states read back in one call.
 //! - `decide`: the operations over a call's limits (check, probe, reserve,
 //!   next, record, release, settle), as the script's driver runs them.
 //! - `spec`: a limit's spec words into a ban and an algorithm with its
@@ -32,6 +34,7 @@ mod error;
 mod ffi;
 mod spec;
 mod specs;
+mod sync;
 
 /// The module's registration with Redis: its name and its commands with
 /// their key specs. The commands are registered through the C API (see
@@ -45,6 +48,7 @@ mod entry {
 
     use crate::command::{decide, reset};
     use crate::ffi::create_command;
+    use crate::sync::sync;
 
     fn register(ctx: &Context, _args: &[RedisString]) -> Status {
         // Keys at 1, 4, 7, …, up to the second argument from the end.
@@ -56,7 +60,15 @@ mod entry {
             (1, -2, 3),
         );
         let reset = create_command(ctx.ctx, c"tollgate.reset", reset, c"write", (1, 1, 1));
-        if decide && reset {
+        // Keys at 1, 5, 9, …, up to the second argument from the end.
+        let sync = create_command(
+            ctx.ctx,
+            c"tollgate.sync",
+            sync,
+            c"write deny-oom",
+            (1, -2, 4),
+        );
+        if decide && reset && sync {
             Status::Ok
         } else {
             Status::Err

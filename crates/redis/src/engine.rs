@@ -14,7 +14,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// The module's command.
@@ -100,6 +100,9 @@ pub(crate) struct EngineState {
     /// Milliseconds after `epoch` of the last probe.
     probed_ms: AtomicU64,
     epoch: Instant,
+    /// The module answered `TOLLGATE.SYNC` unknown (an earlier release):
+    /// sync batches go as `record` calls and `HGET`s until the next probe.
+    no_sync_call: AtomicBool,
 }
 
 impl EngineState {
@@ -108,6 +111,7 @@ impl EngineState {
             running: AtomicU8::new(UNKNOWN),
             probed_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+            no_sync_call: AtomicBool::new(false),
         }
     }
 
@@ -140,6 +144,18 @@ impl EngineState {
             Running::Lua => LUA,
         };
         self.running.store(value, Ordering::Relaxed);
+        self.no_sync_call.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether sync batches may use `TOLLGATE.SYNC` (the module engine
+    /// and, since the last probe, no sign of a module without it).
+    pub(crate) fn sync_call(&self) -> bool {
+        !self.no_sync_call.load(Ordering::Relaxed)
+    }
+
+    /// The module answered `TOLLGATE.SYNC` unknown.
+    pub(crate) fn no_sync_call(&self) {
+        self.no_sync_call.store(true, Ordering::Relaxed);
     }
 
     /// Forgets what was found: the next call probes again.
@@ -167,6 +183,13 @@ pub(crate) fn knows_command(reply: &redis::Value) -> bool {
 pub(crate) fn is_unknown_command(error: &redis::RedisError) -> bool {
     let text = error.to_string().to_ascii_lowercase();
     text.contains("unknown command") && text.contains("tollgate.decide")
+}
+
+/// Whether a reply error says the server has no `TOLLGATE.SYNC` (a module
+/// of an earlier release, or none).
+pub(crate) fn is_unknown_sync_call(error: &redis::RedisError) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("unknown command") && text.contains("tollgate.sync")
 }
 
 /// Whether a reply error says the module does not know the operation (a

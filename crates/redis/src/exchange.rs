@@ -1,11 +1,14 @@
 //! The Redis store as the async sync mode's [`Transport`]: a batch of
-//! exchanges becomes one pipeline per server (per master on a cluster):
-//! each key's usage recorded by the engine deciding now (the module's or
-//! the script's `record`, each at its instant), then the key's version-1
-//! value read back with `HGET` (docs/redis-state.md). The pipeline is not a
+//! exchanges becomes one pipeline per server (per master on a cluster).
+//! With the module, each key's usage is recorded at its instants and its
+//! version-1 value (docs/redis-state.md) read back by `TOLLGATE.SYNC`, a
+//! call per few hundred keys (per key on a cluster, where a call's keys
+//! share a slot); a module of an earlier release without that command
+//! gets what the script gets. With the script, each usage is one `record`
+//! call and the value is read back with `HGET`. The pipeline is not a
 //! transaction: another instance's writes may land between a key's records
-//! and its read, and the read then includes them, which is what the mode
-//! wants (the newest global state).
+//! and its read (between two calls), and the read then includes them,
+//! which is what the mode wants (the newest global state).
 //!
 //! On a cluster the keys are grouped by the master serving their slot (the
 //! `slots` module's map) and the masters' pipelines go at once, each within
@@ -16,11 +19,14 @@
 
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
-use tollgate_core::{LimitKey, Moment, StoreError};
-use tollgate_sync::{Exchange, Transport};
+use std::sync::Arc;
 
-use crate::cells::Cell;
+use tollgate_core::{Limit, Moment, StoreError};
+use tollgate_sync::{Exchange, Transport, Usage};
+
+use crate::cells::{self, Cell};
 use crate::engine::{self, Engine, Running};
+use crate::limits::Prepared;
 use crate::script::SOURCE;
 use crate::slots::slot_of;
 use crate::store::{script_error, unavailable, Connection, LazyCluster, RedisStore};
@@ -31,6 +37,13 @@ struct Planned {
     cell: Cell,
     records: usize,
 }
+
+/// The module's command for a batch (`crates/redis-module/src/sync.rs`).
+const SYNC_COMMAND: &str = "TOLLGATE.SYNC";
+
+/// The most keys one `TOLLGATE.SYNC` call carries: a call runs alone on
+/// Redis's main thread, so a batch of many keys goes as several calls.
+const SYNC_CALL_KEYS: usize = 256;
 
 /// Each exchange's answer, in the batch's order.
 type Answers = Vec<Result<tollgate_sync::Value, StoreError>>;
@@ -69,28 +82,48 @@ impl RedisStore {
         };
         let mut answers: Answers = Vec::with_capacity(batch.len());
         let mut planned: Vec<Option<Planned>> = Vec::with_capacity(batch.len());
+        // A batch holds each limit's keys one after another: its prepared
+        // form is looked up once per run of them.
+        let mut last: Option<(&Limit, Arc<Prepared>)> = None;
         for exchange in batch {
-            let request = LimitKey {
-                limit: exchange.limit,
-                key: exchange.key,
-            };
-            // A calendar limit's windows around the latest usage (around
-            // now when there is none).
-            let latest = exchange.usage.iter().map(|u| u.at).max();
-            match self.plan(&[request], 0, latest.map_or(Moment::Now, Moment::At)) {
-                Ok(plan) => {
-                    let cell = plan.cells.into_iter().next();
-                    planned.push(cell.map(|cell| Planned {
-                        cell,
-                        records: exchange.usage.len(),
-                    }));
-                    answers.push(Ok(None));
+            let prepared = match &last {
+                Some((limit, prepared))
+                    if std::ptr::eq(*limit, exchange.limit) || **limit == *exchange.limit =>
+                {
+                    Ok(Arc::clone(prepared))
                 }
+                _ => self.inner.limits.get(exchange.limit),
+            };
+            let prepared = match prepared {
+                Ok(prepared) => prepared,
                 Err(error) => {
                     planned.push(None);
                     answers.push(Err(error));
+                    continue;
                 }
-            }
+            };
+            last = Some((exchange.limit, Arc::clone(&prepared)));
+            // A calendar limit's windows around the latest usage (around
+            // now when there is none), as `plan` has them.
+            let windows = exchange.limit.calendar.map(|calendar| {
+                let instant = exchange
+                    .usage
+                    .iter()
+                    .map(|u| u.at)
+                    .max()
+                    .unwrap_or_else(system_now);
+                cells::calendar_windows(&calendar, instant).into_boxed_str()
+            });
+            planned.push(Some(Planned {
+                cell: Cell {
+                    key: self.redis_key(exchange.key),
+                    limit: prepared,
+                    cost: 0,
+                    windows,
+                },
+                records: exchange.usage.len(),
+            }));
+            answers.push(Ok(None));
         }
         Ok((running, planned, answers))
     }
@@ -195,6 +228,14 @@ impl RedisStore {
         group: &[usize],
         slot: Option<u16>,
     ) -> Result<Answers, StoreError> {
+        if running == Running::Module && self.inner.engine.sync_call() {
+            match self.send_sync(batch, planned, group, slot).await? {
+                Some(answers) => return Ok(answers),
+                // A module of an earlier release: the calls below, until
+                // the next probe.
+                None => self.inner.engine.no_sync_call(),
+            }
+        }
         let mut results = self.send(running, batch, planned, group, slot).await?;
         if running == Running::Lua {
             let (missing, ran) = no_script(&results, planned, group);
@@ -245,6 +286,156 @@ impl RedisStore {
         Ok(answers)
     }
 
+    /// The exchanges of `group` as `TOLLGATE.SYNC` calls in one pipeline
+    /// (on a cluster, to the master of `slot`), each call of at most
+    /// [`SYNC_CALL_KEYS`] keys (one on a cluster, where a call's keys
+    /// must share a slot); each exchange's answer. `None` when the server
+    /// does not know the command (then none of it ran).
+    async fn send_sync(
+        &self,
+        batch: &[Exchange<'_>],
+        planned: &[Option<Planned>],
+        group: &[usize],
+        slot: Option<u16>,
+    ) -> Result<Option<Answers>, StoreError> {
+        let per_call = if slot.is_some() { 1 } else { SYNC_CALL_KEYS };
+        let mut pipeline = redis::pipe();
+        let mut calls: Vec<&[usize]> = Vec::with_capacity(group.len().div_ceil(per_call));
+        let mut words: Vec<u8> = Vec::with_capacity(64);
+        let mut digits = itoa::Buffer::new();
+        for call in group.chunks(per_call) {
+            let cells: Vec<(&Planned, &[Usage])> = call
+                .iter()
+                .filter_map(|&i| planned[i].as_ref().map(|p| (p, batch[i].usage)))
+                .collect();
+            // Sized for its words, so that it is written without growing.
+            let bytes: usize = cells
+                .iter()
+                .map(|(p, usage)| {
+                    p.cell.key.len()
+                        + p.cell.limit.field.len()
+                        + p.cell.spec().len()
+                        + 42 * usage.len()
+                })
+                .sum();
+            let mut command = redis::Cmd::with_capacity(2 + 4 * cells.len(), bytes + 32);
+            command.arg(SYNC_COMMAND);
+            for (p, usage) in cells {
+                words.clear();
+                for (n, u) in usage.iter().enumerate() {
+                    if n > 0 {
+                        words.push(b' ');
+                    }
+                    words.extend_from_slice(digits.format(u.at).as_bytes());
+                    words.push(b' ');
+                    words.extend_from_slice(digits.format(u.cost).as_bytes());
+                }
+                command
+                    .arg(p.cell.key.as_slice())
+                    .arg(p.cell.limit.field.as_bytes())
+                    .arg(p.cell.spec().as_bytes())
+                    .arg(words.as_slice());
+            }
+            command.arg(self.inner.grace_ms.as_bytes());
+            pipeline.add_command(command);
+            calls.push(call);
+        }
+        let replies = self.query(pipeline, slot).await?;
+        if replies.len() != calls.len() {
+            return Err(StoreError::Unavailable(format!(
+                "tollgate: {} replies to a sync pipeline of {} calls",
+                replies.len(),
+                calls.len()
+            )));
+        }
+        let mut answers: Answers = Vec::with_capacity(group.len());
+        for (call, reply) in calls.into_iter().zip(replies) {
+            let cells: Vec<&Cell> = call
+                .iter()
+                .filter_map(|&i| planned[i].as_ref().map(|p| &p.cell))
+                .collect();
+            match reply {
+                Err(error) if engine::is_unknown_sync_call(&error) => return Ok(None),
+                Err(error) if engine::is_unknown_command(&error) => {
+                    // Failed over to a node without the module: look
+                    // again, send again.
+                    self.inner.engine.forget();
+                    return Err(unavailable(error));
+                }
+                Err(error) => {
+                    let text = error.to_string();
+                    for &i in call {
+                        answers.push(match &planned[i] {
+                            Some(_) => Err(StoreError::Unavailable(text.clone())),
+                            None => Ok(None),
+                        });
+                    }
+                }
+                Ok(Value::Array(values)) if values.len() == cells.len() => {
+                    let mut values = values.into_iter();
+                    for &i in call {
+                        let Some(p) = &planned[i] else {
+                            answers.push(Ok(None));
+                            continue;
+                        };
+                        answers.push(match values.next() {
+                            Some(Value::Nil) => Ok(None),
+                            Some(Value::BulkString(bytes)) => Ok(Some(bytes)),
+                            Some(Value::ServerError(error)) => {
+                                Err(script_error(error.into(), &[&p.cell]))
+                            }
+                            other => Err(StoreError::Unavailable(format!(
+                                "tollgate: TOLLGATE.SYNC answered {other:?} for a key"
+                            ))),
+                        });
+                    }
+                }
+                Ok(other) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "tollgate: TOLLGATE.SYNC of {} keys answered {other:?}",
+                        cells.len()
+                    )))
+                }
+            }
+        }
+        Ok(Some(answers))
+    }
+
+    /// One pipeline, to the server or, on a cluster, to the master of
+    /// `slot`; each command's reply, errors each its own.
+    async fn query(
+        &self,
+        mut pipeline: redis::Pipeline,
+        slot: Option<u16>,
+    ) -> Result<Vec<RedisResult<Value>>, StoreError> {
+        pipeline.ignore_errors();
+        let results: Vec<RedisResult<Value>> = match &self.inner.connection {
+            Connection::Single(manager, _) => pipeline
+                .query_async(&mut manager.clone())
+                .await
+                .map_err(unavailable)?,
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.get().await?;
+                let count = pipeline.len();
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+                    slot.unwrap_or_default(),
+                    SlotAddr::Master,
+                ));
+                connection
+                    .route_pipeline(pipeline, 0, count, route)
+                    .await
+                    .map_err(unavailable)?
+                    .into_iter()
+                    .map(Ok)
+                    .collect()
+            }
+        };
+        Ok(results
+            .into_iter()
+            .map(|r| r.and_then(|v| v.extract_error()))
+            .collect())
+    }
+
     /// One pipeline: each exchange of `group`, its records then its read;
     /// on a cluster, to the master of `slot`.
     async fn send(
@@ -272,29 +463,7 @@ impl RedisStore {
                 .arg(cell.key.as_slice())
                 .arg(cell.limit.field.as_bytes());
         }
-        // Each command's error stays its own.
-        pipeline.ignore_errors();
-        let results: Vec<RedisResult<Value>> = match &self.inner.connection {
-            Connection::Single(manager, _) => pipeline
-                .query_async(&mut manager.clone())
-                .await
-                .map_err(unavailable)?,
-            Connection::Cluster(cluster) => {
-                let mut connection = cluster.get().await?;
-                let count = pipeline.len();
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
-                    slot.unwrap_or_default(),
-                    SlotAddr::Master,
-                ));
-                connection
-                    .route_pipeline(pipeline, 0, count, route)
-                    .await
-                    .map_err(unavailable)?
-                    .into_iter()
-                    .map(Ok)
-                    .collect()
-            }
-        };
+        let results = self.query(pipeline, slot).await?;
         let expected: usize = group
             .iter()
             .filter_map(|&i| planned[i].as_ref())
@@ -306,10 +475,7 @@ impl RedisStore {
                 results.len()
             )));
         }
-        Ok(results
-            .into_iter()
-            .map(|r| r.and_then(|v| v.extract_error()))
-            .collect())
+        Ok(results)
     }
 
     /// Loads the script on the server (on a cluster, on the master of
@@ -376,4 +542,12 @@ fn no_script(
         at += planned.records + 1;
     }
     (missing, ran)
+}
+
+/// This process's clock in ns since the Unix epoch (a calendar limit's
+/// windows for a plain read; Redis's clock is close to it).
+fn system_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }

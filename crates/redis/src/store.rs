@@ -133,8 +133,8 @@ pub(crate) struct Inner {
     lean_gcra: redis::Script,
     config: RedisConfig,
     /// `config.ttl_grace` in ms, as every call sends it.
-    grace_ms: String,
-    limits: Limits,
+    pub(crate) grace_ms: String,
+    pub(crate) limits: Limits,
     over_limit: OverLimitCache,
     pub(crate) engine: EngineState,
 }

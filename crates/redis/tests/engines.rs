@@ -1,11 +1,13 @@
 //! The store's engines on real servers: `auto` picks the module where it
 //! is loaded and the script where it is not; `module` refuses a server
 //! without it, naming the problem; the same keys decided alternately by the
-//! module and the script give the memory store's decisions; and thousands
-//! of hostile calls to the module's command each answer an error or a
-//! decision, with the server still answering afterwards.
+//! module and the script give the memory store's decisions; thousands of
+//! hostile calls to the module's commands each answer an error or a
+//! decision, with the server still answering afterwards; and a
+//! `TOLLGATE.SYNC` call leaves each key as that many `record` calls do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::cell::{Cell, RefCell};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -286,6 +288,202 @@ fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
         ],
     );
     assert!(wrong.starts_with(b"-WRONGTYPE"), "{wrong:?}");
+}
+
+/// Thousands of hostile `TOLLGATE.SYNC` calls (any words, and calls of
+/// its shape: four words a key, then the grace) each answer an error or an
+/// array, and the server lives; a key whose state is not a state, or that
+/// is not a hash, is that key's error element, and the others are synced.
+#[test]
+fn hostile_sync_calls_answer_an_error_or_an_array_and_the_server_lives() {
+    let server = RedisServer::start_with_module();
+    call(
+        server.port(),
+        &[
+            b"HSET".to_vec(),
+            b"g".to_vec(),
+            b"f".to_vec(),
+            b"x".to_vec(),
+        ],
+    );
+    call(
+        server.port(),
+        &[b"SET".to_vec(), b"s".to_vec(), b"v".to_vec()],
+    );
+    let usage = prop_oneof![
+        Just(b"".to_vec()),
+        Just(b"1000 1".to_vec()),
+        Just(b"1000 1 2000 3".to_vec()),
+        Just(b"1000 0".to_vec()),
+        Just(b"1000".to_vec()),
+        Just(b"1000 1 ".to_vec()),
+        Just(b"18446744073709551615 18446744073709551615".to_vec()),
+        Just(b"99999999999999999999999 1".to_vec()),
+        word(),
+    ];
+    let key = (word(), word(), word(), usage).prop_map(|(k, f, s, u)| vec![k, f, s, u]);
+    let shaped = (proptest::collection::vec(key, 0..4), word()).prop_map(|(keys, last)| {
+        let mut words: Vec<Vec<u8>> = keys.into_iter().flatten().collect();
+        words.push(last);
+        words
+    });
+    let argv = prop_oneof![proptest::collection::vec(word(), 0..14), shaped];
+    let mut runner = TestRunner::new(Config {
+        cases: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&argv, |words| {
+            let mut args = vec![b"TOLLGATE.SYNC".to_vec()];
+            args.extend(words);
+            let reply = call(server.port(), &args);
+            prop_assert!(
+                reply.starts_with(b"-") || reply.starts_with(b"*"),
+                "{:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            Ok(())
+        })
+        .unwrap();
+    assert!(server.answers(), "PING after the hostile calls");
+    let spec = b"gcra 1 100000000 10".to_vec();
+    let reply = call(
+        server.port(),
+        &[
+            b"TOLLGATE.SYNC".to_vec(),
+            b"g".to_vec(),
+            b"f".to_vec(),
+            spec.clone(),
+            b"1000 1".to_vec(),
+            b"s".to_vec(),
+            b"f".to_vec(),
+            spec.clone(),
+            b"1000 1".to_vec(),
+            b"ok".to_vec(),
+            b"f".to_vec(),
+            spec,
+            b"1000 1".to_vec(),
+            b"1000".to_vec(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.starts_with("*3\r\n-ERR tollgate: a state is not format version 1\r\n-WRONGTYPE"),
+        "{text:?}"
+    );
+    assert!(text.contains("\r\n$"), "the third key's value: {text:?}");
+    assert_eq!(server.command("HGET g f").unwrap(), "$1\r\nx\r\n");
+    assert!(server.command("HGET ok f").unwrap().starts_with('$'));
+}
+
+/// `TOLLGATE.SYNC` leaves each key's state as the same usage sent as
+/// `record` calls of `TOLLGATE.DECIDE2` (one per usage, in order) does,
+/// with a TTL as long as its state needs, and answers the value `HGET`
+/// then reads; for every algorithm whose usage can be merged, several keys
+/// to a call.
+#[test]
+fn a_sync_call_leaves_each_key_as_record_calls_do() {
+    let server = RedisServer::start_with_module();
+    let connection = RefCell::new(
+        redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap(),
+    );
+    let second = Duration::from_secs(1);
+    let limits: Vec<Limit> = [
+        AlgorithmName::Gcra,
+        AlgorithmName::TokenBucket,
+        AlgorithmName::LeakyBucket,
+        AlgorithmName::FixedWindow,
+        AlgorithmName::SlidingWindowLog,
+        AlgorithmName::SlidingWindowCounter,
+    ]
+    .into_iter()
+    .map(|algorithm| Limit::new(algorithm, Rate::new(5, 10 * second).unwrap()))
+    .collect();
+    let specs: Vec<String> = limits.iter().map(tollgate_state::algorithm_spec).collect();
+    // A few usages, in order, within a minute of an instant.
+    const START: u64 = 1_763_000_000_000_000_000;
+    let usage = proptest::collection::vec((0u64..60_000, 0u64..4), 0..5).prop_map(|mut u| {
+        u.sort();
+        u.into_iter()
+            .map(|(ms, cost)| (START + ms * 1_000_000, cost))
+            .collect::<Vec<_>>()
+    });
+    let keys = proptest::collection::vec((0..specs.len(), usage), 1..4);
+    let mut runner = TestRunner::new(Config {
+        cases: 200,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = Cell::new(0);
+    runner
+        .run(&keys, |keys| {
+            case.set(case.get() + 1);
+            let case = case.get();
+            let mut connection = connection.borrow_mut();
+            let mut sync = redis::cmd("TOLLGATE.SYNC");
+            for (n, (spec, usage)) in keys.iter().enumerate() {
+                let words: Vec<String> = usage
+                    .iter()
+                    .map(|(at, cost)| format!("{at} {cost}"))
+                    .collect();
+                sync.arg(format!("sync:{case}:{n}"))
+                    .arg("f")
+                    .arg(&specs[*spec])
+                    .arg(words.join(" "));
+                for (at, cost) in usage {
+                    let _: redis::Value = redis::cmd("TOLLGATE.DECIDE2")
+                        .arg(format!("record:{case}:{n}"))
+                        .arg("f")
+                        .arg(format!("{cost} {}", specs[*spec]))
+                        .arg(format!("record {at} 3600000 "))
+                        .query(&mut *connection)
+                        .unwrap();
+                }
+            }
+            sync.arg("3600000");
+            let values: Vec<Option<Vec<u8>>> = sync.query(&mut *connection).unwrap();
+            prop_assert_eq!(values.len(), keys.len());
+            for (n, value) in values.into_iter().enumerate() {
+                let mut read = |prefix: &str| -> (Option<Vec<u8>>, i64) {
+                    let key = format!("{prefix}:{case}:{n}");
+                    let value: Option<Vec<u8>> = redis::cmd("HGET")
+                        .arg(&key)
+                        .arg("f")
+                        .query(&mut *connection)
+                        .unwrap();
+                    let ttl: i64 = redis::cmd("PTTL")
+                        .arg(&key)
+                        .query(&mut *connection)
+                        .unwrap();
+                    (value, ttl)
+                };
+                let (synced, synced_ttl) = read("sync");
+                let (recorded, recorded_ttl) = read("record");
+                prop_assert_eq!(&value, &synced, "key {}: the answer is the value", n);
+                prop_assert_eq!(&synced, &recorded, "key {} ({})", n, &specs[keys[n].0]);
+                // A key with a state lives at least its state's time plus
+                // two graces (docs/redis-state.md; 3,600,000 ms here, the
+                // clock running on a little between the calls); one
+                // without is gone. The TTLs themselves may differ: each
+                // `record` pushes the TTL out from its own instant.
+                match &synced {
+                    Some(_) => prop_assert!(
+                        synced_ttl > 7_200_000 - 5_000 && recorded_ttl > 7_200_000 - 5_000,
+                        "key {}: TTL {} against {}",
+                        n,
+                        synced_ttl,
+                        recorded_ttl
+                    ),
+                    None => prop_assert_eq!((synced_ttl, recorded_ttl), (-2, -2)),
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
 }
 
 /// The milliseconds `key` still lives (`PTTL`).

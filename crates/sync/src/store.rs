@@ -20,7 +20,7 @@ use tollgate_core::{
 };
 use tollgate_state::{format_of, AnyFormat, Format};
 
-use crate::table::{AnyTable, Table, Usage};
+use crate::table::{AnyTable, Sent, Table};
 use crate::transport::{Exchange, Transport};
 
 /// How many keys of a batch's answer are merged under one hold of the
@@ -140,7 +140,7 @@ struct Inner<T, E> {
 
 #[derive(Default)]
 struct Local {
-    tables: HashMap<Limit, Box<dyn AnyTable>>,
+    tables: HashMap<Limit, Box<dyn AnyTable>, foldhash::fast::RandomState>,
 }
 
 impl Local {
@@ -329,28 +329,35 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
     pub async fn sync(&self) -> Result<usize, StoreError> {
         let _one_at_a_time = self.inner.syncing.lock().await;
         let started = self.inner.clock.now();
-        let mut sent: Vec<(Limit, Vec<u8>, Vec<Usage>)> = Vec::new();
+        // Per limit (each table looked up once, not per key), its keys
+        // and their usage.
+        let mut sent: Vec<(Limit, Vec<Sent>)> = Vec::new();
         {
             let mut local = self.inner.local.lock();
-            let mut keys = Vec::new();
             for (limit, table) in &mut local.tables {
                 table.sweep(started);
-                keys.clear();
+                let mut keys = Vec::new();
                 table.send(self.inner.config.refresh_idle, &mut keys);
-                sent.extend(keys.drain(..).map(|(key, usage)| (*limit, key, usage)));
+                if !keys.is_empty() {
+                    sent.push((*limit, keys));
+                }
             }
             local.tables.retain(|_, t| t.len() > 0);
         }
+        let count: usize = sent.iter().map(|(_, keys)| keys.len()).sum();
         self.inner
             .last_batch_keys
-            .store(sent.len() as u64, Ordering::Relaxed);
-        if sent.is_empty() {
+            .store(count as u64, Ordering::Relaxed);
+        if count == 0 {
             self.synced(started, started);
             return Ok(0);
         }
         let batch: Vec<Exchange<'_>> = sent
             .iter()
-            .map(|(limit, key, usage)| Exchange { limit, key, usage })
+            .flat_map(|(limit, keys)| {
+                keys.iter()
+                    .map(move |(key, usage)| Exchange { limit, key, usage })
+            })
             .collect();
         let result = match self.inner.transport.exchange(&batch).await {
             Ok(values) if values.len() == batch.len() => Ok(values),
@@ -361,32 +368,42 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             ))),
             Err(error) => Err(error),
         };
+        drop(batch);
         match result {
             Ok(values) => {
                 // In slices, each under the lock once, so that decisions
                 // waiting for it are not held up by a whole large batch.
                 let mut values = values.into_iter();
-                for (n, slice) in sent.chunks(MERGE_SLICE).enumerate() {
-                    if n > 0 {
-                        tokio::task::yield_now().await;
-                    }
-                    let mut local = self.inner.local.lock();
-                    for ((limit, key, _), value) in slice.iter().zip(values.by_ref()) {
+                let mut in_slice = 0;
+                for (limit, keys) in &sent {
+                    let mut rest: &[Sent] = keys;
+                    while !rest.is_empty() {
+                        if in_slice == MERGE_SLICE {
+                            tokio::task::yield_now().await;
+                            in_slice = 0;
+                        }
+                        let (slice, after) = rest.split_at(rest.len().min(MERGE_SLICE - in_slice));
+                        rest = after;
+                        in_slice += slice.len();
+                        let mut local = self.inner.local.lock();
                         let Some(table) = local.tables.get_mut(limit) else {
+                            values.by_ref().take(slice.len()).for_each(drop);
                             continue;
                         };
-                        let merged = match value {
-                            Ok(value) => table
-                                .merge(key, value.as_deref())
-                                .map_err(|e| e.to_string()),
-                            Err(error) => {
-                                table.restore(key);
-                                Err(error.to_string())
+                        for ((key, _), value) in slice.iter().zip(values.by_ref()) {
+                            let merged = match value {
+                                Ok(value) => table
+                                    .merge(key, value.as_deref())
+                                    .map_err(|e| e.to_string()),
+                                Err(error) => {
+                                    table.restore(key);
+                                    Err(error.to_string())
+                                }
+                            };
+                            if let Err(error) = merged {
+                                self.inner.key_errors.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!(%error, limit = %limit, "a key's usage was not synced; kept to send again");
                             }
-                        };
-                        if let Err(error) = merged {
-                            self.inner.key_errors.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(%error, limit = %limit, "a key's usage was not synced; kept to send again");
                         }
                     }
                 }
@@ -395,14 +412,16 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                 self.inner.batches.fetch_add(1, Ordering::Relaxed);
                 self.inner
                     .keys_sent
-                    .fetch_add(sent.len() as u64, Ordering::Relaxed);
-                Ok(sent.len())
+                    .fetch_add(count as u64, Ordering::Relaxed);
+                Ok(count)
             }
             Err(error) => {
                 let mut local = self.inner.local.lock();
-                for (limit, key, _) in &sent {
+                for (limit, keys) in &sent {
                     if let Some(table) = local.tables.get_mut(limit) {
-                        table.restore(key);
+                        for (key, _) in keys {
+                            table.restore(key);
+                        }
                     }
                 }
                 self.inner.outage.store(true, Ordering::Relaxed);

@@ -9,6 +9,7 @@
 //! object-safe interface for the store's map of limits.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::Decision;
@@ -22,6 +23,14 @@ pub struct Usage {
     /// How much was used.
     pub cost: u64,
 }
+
+/// A key sent with a batch and its usage: the key shared with the table
+/// (no copy of its bytes per batch).
+pub(crate) type Sent = (Arc<[u8]>, Vec<Usage>);
+
+/// One limit's copies by key: foldhash, seeded at random per map (the
+/// keys are clients'), where SipHash took a fair part of a local decision.
+type Entries<S> = HashMap<Arc<[u8]>, Entry<S>, foldhash::fast::RandomState>;
 
 /// One key's local copy.
 struct Entry<S> {
@@ -74,7 +83,7 @@ pub(crate) trait AnyTable: Send {
     /// Moves the pending usage of every key asked about in the last `keep`
     /// batches in flight; appends each such key and its usage (maybe none)
     /// to `out`. The others' copies go stale.
-    fn send(&mut self, keep: u32, out: &mut Vec<(Vec<u8>, Vec<Usage>)>);
+    fn send(&mut self, keep: u32, out: &mut Vec<Sent>);
     /// The batch reached the shared store: the key's copy becomes the
     /// global state `value` with the usage admitted since the batch left
     /// counted on it again.
@@ -94,7 +103,7 @@ pub(crate) trait AnyTable: Send {
 /// The local copies of one limit of format `F`.
 pub(crate) struct Table<F: Format> {
     format: F,
-    entries: HashMap<Vec<u8>, Entry<<F::Algorithm as Algorithm>::State>>,
+    entries: Entries<<F::Algorithm as Algorithm>::State>,
     /// Usage within one quantum (same window or step) coalesces exactly.
     quantum: u64,
     /// The most usage entries a key keeps pending: past it, new usage is
@@ -109,7 +118,7 @@ impl<F: Format + Copy> Table<F> {
     pub(crate) fn new(format: F, quantum: u64, max_pending: usize) -> Table<F> {
         Table {
             format,
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             quantum: quantum.max(1),
             max_pending: max_pending.max(1),
         }
@@ -125,7 +134,7 @@ impl<F: Format + Copy> Table<F> {
                 .get_mut(key)
                 .unwrap_or_else(|| unreachable!("just looked up"));
         }
-        self.entries.entry(key.to_vec()).or_insert_with(|| Entry {
+        self.entries.entry(Arc::from(key)).or_insert_with(|| Entry {
             state: algorithm.new_state(),
             pending: Vec::new(),
             in_flight: Vec::new(),
@@ -255,7 +264,7 @@ where
         }
         let state = decode_value(&format, value)?;
         self.entries.insert(
-            key.to_vec(),
+            Arc::from(key),
             Entry {
                 state,
                 pending: Vec::new(),
@@ -268,7 +277,7 @@ where
         Ok(())
     }
 
-    fn send(&mut self, keep: u32, out: &mut Vec<(Vec<u8>, Vec<Usage>)>) {
+    fn send(&mut self, keep: u32, out: &mut Vec<Sent>) {
         for (key, entry) in &mut self.entries {
             let used = entry.touched || !entry.pending.is_empty();
             entry.idle = if used {
@@ -284,7 +293,7 @@ where
             }
             entry.touched = false;
             entry.in_flight = std::mem::take(&mut entry.pending);
-            out.push((key.clone(), entry.in_flight.clone()));
+            out.push((Arc::clone(key), entry.in_flight.clone()));
         }
     }
 
