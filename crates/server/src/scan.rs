@@ -62,17 +62,7 @@ fn compact_inline(text: &str) -> Option<DecisionRequest<'_>> {
     scan.end()?;
     Some(DecisionRequest {
         key: Some(Cow::Borrowed(key)),
-        limit: Some(LimitSpec {
-            algorithm,
-            rate: Cow::Borrowed(rate),
-            burst: None,
-            step: None,
-            lease_ttl: None,
-            window: None,
-            timezone: None,
-            anchor: None,
-            sync: None,
-        }),
+        limit: Some(LimitSpec::plain(algorithm, Cow::Borrowed(rate))),
         ..DecisionRequest::default()
     })
 }

@@ -481,17 +481,7 @@ mod tests {
     }
 
     fn plain_spec(rate: &str) -> LimitSpec<'_> {
-        LimitSpec {
-            algorithm: None,
-            rate: Cow::Borrowed(rate),
-            burst: None,
-            step: None,
-            lease_ttl: None,
-            window: None,
-            timezone: None,
-            anchor: None,
-            sync: None,
-        }
+        LimitSpec::plain(None, Cow::Borrowed(rate))
     }
 
     #[test]
@@ -513,17 +503,7 @@ mod tests {
     fn inline<'a>(key: &'a str, rate: &'a str) -> DecisionRequest<'a> {
         DecisionRequest {
             key: Some(key.into()),
-            limit: Some(LimitSpec {
-                algorithm: Some("gcra".into()),
-                rate: rate.into(),
-                burst: None,
-                step: None,
-                lease_ttl: None,
-                window: None,
-                timezone: None,
-                anchor: None,
-                sync: None,
-            }),
+            limit: Some(LimitSpec::plain(Some("gcra".into()), rate.into())),
             ..DecisionRequest::default()
         }
     }

@@ -93,6 +93,24 @@ pub struct LimitSpec<'a> {
     pub sync: Option<Cow<'a, str>>,
 }
 
+impl<'a> LimitSpec<'a> {
+    /// An algorithm (none: `token_bucket`) and a rate, every other field
+    /// absent.
+    pub fn plain(algorithm: Option<Cow<'a, str>>, rate: Cow<'a, str>) -> LimitSpec<'a> {
+        LimitSpec {
+            algorithm,
+            rate,
+            burst: None,
+            step: None,
+            lease_ttl: None,
+            window: None,
+            timezone: None,
+            anchor: None,
+            sync: None,
+        }
+    }
+}
+
 /// One descriptor entry: `{"key": "user", "value": "42"}`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
