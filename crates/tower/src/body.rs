@@ -191,6 +191,14 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
+            // A cost to settle at the end: no exact size, so that the
+            // server marks the end itself (a chunked HTTP/1.1 body's last
+            // chunk, HTTP/2's end of stream) once the settle is done.
+            Kind::Inner { body, charge, .. } if charge.is_some() => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(body.size_hint().lower());
+                hint
+            }
             Kind::Inner { body, .. } => body.size_hint(),
             Kind::Problem { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))

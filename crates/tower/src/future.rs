@@ -141,7 +141,14 @@ where
                     AtHead::Settle(counted, actual, outcome) => {
                         settler.settle(counted, actual, outcome).await;
                     }
-                    AtHead::AtEnd(body_charge) => at_end = Some(body_charge),
+                    // The end must reach the client after the settle: with
+                    // a length, an HTTP/1.1 client has the whole answer at
+                    // its last byte, before the body's end is polled (the
+                    // body hides its exact size too, so no length is added).
+                    AtHead::AtEnd(body_charge) => {
+                        head.headers.remove(http::header::CONTENT_LENGTH);
+                        at_end = Some(body_charge);
+                    }
                 }
             }
             if shared.settings.headers {

@@ -288,6 +288,42 @@ async fn a_streamed_body_is_settled_from_its_trailer_when_it_ends() {
     assert_eq!(remaining(after.headers()), 680);
 }
 
+/// An answer of `answer`, its length given in the head.
+async fn with_length(_: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut response = Response::new(Full::new(Bytes::from_static(b"answer")));
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_LENGTH, "6".parse().unwrap());
+    Ok(response)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_settled_at_its_end_gives_no_length_so_its_end_follows_the_settle() {
+    let layer = RateLimitLayer::from_rules(store(), rules(RULES), "edge");
+    let service = layer.layer(service_fn(with_length));
+
+    // With a length, an HTTP/1.1 client has the whole answer at its last
+    // byte, before the server polls the end that settles: its next request
+    // could be decided before the settle.
+    let settled_at_end = service.clone().oneshot(keyed("/stream")).await.unwrap();
+    assert!(settled_at_end.headers().get("content-length").is_none());
+    assert_eq!(settled_at_end.body().size_hint().exact(), None);
+    assert_eq!(
+        settled_at_end
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes(),
+        "answer"
+    );
+
+    // Settled at the head: the length stays.
+    let settled_at_head = service.clone().oneshot(keyed("/llm")).await.unwrap();
+    assert_eq!(settled_at_head.headers()["content-length"], "6");
+    assert_eq!(settled_at_head.body().size_hint().exact(), Some(6));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_body_without_its_trailer_or_cut_short_keeps_the_estimate_or_the_header() {
     let (observer, mut heard) = costs();
