@@ -22,12 +22,14 @@ see. These hooks teach the generator those rules, and nothing else:
   override's `requests_per_unit`, else the domain's smallest limit): more is
   `400 cost_too_large` (SPEC §2: a cost that can never fit is an error, not
   an eternal 429);
-- `/v1/overrides/{domain}` names the sample domain, and an override's
-  limit is one the rules accept (each option only on its algorithm, a
-  step within its window, a positive lease TTL, ...) with a capacity of at
-  least the sample rules' smallest, so the checks generated after it still
-  fit (a request whose descriptor an override covers is decided by it); a
-  listing's cursor is one the server gave (none: generated ones are not).
+- `/v1/overrides/{domain}` names the sample domain, and a generated
+  override (a valid one; an invalid one is sent as it is) is mended into
+  one the rules accept (each option only on its algorithm, a count of at
+  least the sample rules' smallest capacity, so the checks generated after
+  it still fit: a request whose descriptor an override covers is decided by
+  it); mended, not dropped, because few generated limits fit as they are
+  and a generator that drops most of its cases gives up; a listing's cursor
+  is one the server gave (none: generated ones are not).
 
 - a check with `"settle": true` has an estimated `cost` of at least 1
   and no inline `concurrency` limit (a lease is released, not settled):
@@ -47,6 +49,7 @@ import json
 import re
 
 import schemathesis
+from schemathesis.core.parameters import ParameterLocation
 
 SAMPLE_DOMAIN = "api"
 # Real IANA zone names for generated calendar limits (DST, half-hour
@@ -320,8 +323,85 @@ def override_fits(body):
     return len(names) <= 1 and len(set(limits)) == len(limits)
 
 
+def clamp(value, low, high):
+    return max(low, min(high, int(value)))
+
+
+def mended_override_limit(limit):
+    """`limit` (a valid OverrideLimit) made one that override_limit_fits
+    keeps: what it keeps of the generated fields, clamped into range."""
+    if limit.get("unlimited") is True:
+        mended = {"unlimited": True}
+        if isinstance(limit.get("name"), str):
+            mended["name"] = limit["name"]
+        return mended
+    count = limit.get("requests_per_unit")
+    count = clamp(count, SAMPLE_SMALLEST_CAPACITY, OVERRIDE_MOST) if is_int(count) else SAMPLE_SMALLEST_CAPACITY
+    mended = {
+        "unit": limit["unit"] if limit.get("unit") in UNIT_NS else "minute",
+        "requests_per_unit": count,
+    }
+    algorithm = limit.get("algorithm")
+    if algorithm in ALGORITHMS:
+        mended["algorithm"] = algorithm
+    if algorithm in BUCKETS and is_int(limit.get("burst")):
+        mended["burst"] = clamp(limit["burst"], count, OVERRIDE_MOST)
+    if limit.get("sync") == "exact" or (limit.get("sync") == "async" and algorithm != "concurrency"):
+        mended["sync"] = limit["sync"]
+    if isinstance(limit.get("name"), str):
+        mended["name"] = limit["name"]
+    return mended
+
+
+def mended_override(body):
+    """A valid PUT body made one that override_fits keeps: exactly one
+    of `rate_limit` and `rate_limits`, each limit mended, one name and no
+    limit twice in a list. Entries too long for a key stay (dropped by
+    filter_case)."""
+    body = dict(body)
+    one, several = body.get("rate_limit"), body.get("rate_limits")
+    if isinstance(one, dict) or not isinstance(several, list) or not several:
+        body.pop("rate_limits", None)
+        body["rate_limit"] = mended_override_limit(one if isinstance(one, dict) else {})
+        return body
+    body.pop("rate_limit", None)
+    name = next((l.get("name") for l in several if isinstance(l, dict) and l.get("name")), None)
+    mended, seen = [], set()
+    for limit in several:
+        limit = mended_override_limit({**limit, "unlimited": False} if isinstance(limit, dict) else {})
+        limit.pop("name", None)
+        if name is not None:
+            limit["name"] = name
+        shape = (limit["unit"], limit["requests_per_unit"], limit.get("algorithm", "fixed_window"), limit.get("burst"))
+        if shape not in seen:
+            seen.add(shape)
+            mended.append(limit)
+    body["rate_limits"] = mended
+    return body
+
+
+def body_is_negative(case):
+    """Whether the case's body was generated to break the schema (the
+    server must refuse it whatever it holds)."""
+    meta = getattr(case, "meta", None)
+    return meta is not None and meta.is_negative_at(ParameterLocation.BODY)
+
+
+def mends_override(case):
+    """Whether `case` is a PUT of a valid override body, which map_case
+    mends."""
+    return (
+        case.operation.path == "/v1/overrides/{domain}"
+        and case.method.upper() == "PUT"
+        and isinstance(case.body, dict)
+        and not body_is_negative(case)
+    )
+
+
 @schemathesis.hook
 def map_case(context, case):
+    if mends_override(case):
+        case.body = mended_override(case.body)
     if case.operation.path == "/v1/overrides/{domain}" and isinstance(case.path_parameters, dict):
         domain = case.path_parameters.get("domain")
         # A domain the schema refuses (over 256 characters) stays as it is.
@@ -375,7 +455,7 @@ def filter_case(context, case):
         return False
     if path == "/v1/overrides/{domain}":
         method = case.method.upper()
-        if method == "PUT" and isinstance(body, dict) and not override_fits(body):
+        if mends_override(case) and not override_fits(mended_override(body)):
             return False
         if method == "DELETE" and isinstance(body, dict) and not override_fits(
             {**body, "rate_limit": {"unlimited": True}}
