@@ -11,8 +11,9 @@
 //!
 //! - `command`: `TOLLGATE.DECIDE2` and `TOLLGATE.RESET` — arguments, keys,
 //!   writes, TTLs, replication of the effects, the reply; panics caught.
-//! - `sync`: `TOLLGATE.SYNC`, the async sync mode's batch: many keys'
-//!   usage recorded and their states read back in one call.
+//! - `sync`: `TOLLGATE.SYNC` and `TOLLGATE.SYNCPACKED`, the async sync
+//!   mode's batch: many keys' usage recorded and their states read back
+//!   in one call.
 //! - `decide`: the operations over a call's limits (check, probe, reserve,
 //!   next, record, release, settle), as the script's driver runs them.
 //! - `spec`: a limit's spec words into a ban and an algorithm with its
@@ -48,7 +49,7 @@ mod entry {
 
     use crate::command::{decide, reset};
     use crate::ffi::create_command;
-    use crate::sync::sync;
+    use crate::sync::{sync, sync_packed};
 
     fn register(ctx: &Context, _args: &[RedisString]) -> Status {
         // Keys at 1, 4, 7, …, up to the second argument from the end.
@@ -68,7 +69,15 @@ mod entry {
             c"write deny-oom",
             (1, -2, 4),
         );
-        if decide && reset && sync {
+        // Keys at 4, 6, 8, …, up to the second argument from the end.
+        let sync_packed = create_command(
+            ctx.ctx,
+            c"tollgate.syncpacked",
+            sync_packed,
+            c"write deny-oom",
+            (4, -2, 2),
+        );
+        if decide && reset && sync && sync_packed {
             Status::Ok
         } else {
             Status::Err

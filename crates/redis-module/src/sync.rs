@@ -23,22 +23,45 @@
 //! (a `record`, an `HGET`); the instance sending it spent more on the
 //! commands and their replies than on anything else of the batch
 //! (docs/benchmarks.md, "Async sync mode").
+//!
+//! `TOLLGATE.SYNCPACKED` does the same for keys of one limit, named once,
+//! and answers in one string:
+//!
+//! ```text
+//! TOLLGATE.SYNCPACKED field spec grace_ms key "at cost ..." [key "at cost ..." ...]
+//! ```
+//!
+//! Keys at positions 4, 6, 8, … (key spec first 4, last −2, step 2). The
+//! reply is one bulk string holding each key's answer in order: `v`, the
+//! value's length in decimal, `:` and the value; `n` when the key holds
+//! none; `e`, the length, `:` and the error's message (a key's own error,
+//! as `TOLLGATE.SYNC` answers it). A bad field, spec or grace is the
+//! call's error. Each key is recorded exactly as by `TOLLGATE.SYNC`. The
+//! instance sending a batch of 10,000 keys spent more on each key's
+//! limit words and on reading back an array element per key than on the
+//! rest of the batch (docs/benchmarks.md, "Async sync mode").
 
 use std::ffi::CString;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::raw::{self, RedisModuleCtx, RedisModuleString};
+use redis_module::RedisString;
 
 use crate::command::{apply_ttl, printable, Write, MAX_FIELD, MAX_GRACE_MS};
 use crate::error::Error;
 use crate::ffi::{self, Arg, Key, Kind};
+use crate::spec::Spec;
 use crate::specs;
 use tollgate_state::text::parse_u64;
 
 /// The command's shape, for its usage errors.
 const USAGE: &str =
     "TOLLGATE.SYNC key field spec \"at cost ...\" [key field spec \"at cost ...\" ...] grace_ms";
+
+/// `TOLLGATE.SYNCPACKED`'s shape, for its usage errors.
+const PACKED_USAGE: &str =
+    "TOLLGATE.SYNCPACKED field spec grace_ms key \"at cost ...\" [key \"at cost ...\" ...]";
 
 /// `TOLLGATE.SYNC`: never panics into Redis, whatever the arguments; a
 /// key's failure (or panic) is that key's error element.
@@ -76,9 +99,79 @@ fn shape(args: &[Arg]) -> Result<u64, Error> {
     if args.len() < 6 || !(args.len() - 2).is_multiple_of(4) {
         return Err(Error::Usage(USAGE));
     }
-    parse_u64(args[args.len() - 1].bytes())
+    grace(&args[args.len() - 1])
+}
+
+/// A TTL grace in ms.
+fn grace(arg: &Arg) -> Result<u64, Error> {
+    parse_u64(arg.bytes())
         .filter(|&g| g <= MAX_GRACE_MS)
         .ok_or(Error::Bad("TTL grace"))
+}
+
+/// A hash field naming a limit: printable ASCII, at most [`MAX_FIELD`]
+/// bytes.
+fn check_field(field: &Arg) -> Result<(), Error> {
+    let bytes = field.bytes();
+    if bytes.is_empty() || bytes.len() > MAX_FIELD || !printable(bytes) {
+        return Err(Error::Bad("field (printable ASCII, at most 512 bytes)"));
+    }
+    Ok(())
+}
+
+/// `TOLLGATE.SYNCPACKED`: never panics into Redis, whatever the
+/// arguments; a key's failure (or panic) is that key's error in the
+/// answer.
+pub(crate) extern "C" fn sync_packed(
+    ctx: *mut RedisModuleCtx,
+    argv: *mut *mut RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let args = ffi::args(argv, argc);
+    let shape = catch_unwind(AssertUnwindSafe(|| packed_shape(args)));
+    let (spec, grace_ms) = match shape {
+        Ok(Ok(shape)) => shape,
+        Ok(Err(error)) => return reply_error(ctx, &error),
+        Err(_) => return reply_error(ctx, &Error::Internal),
+    };
+    let field = &args[1];
+    let mut out: Vec<u8> = Vec::with_capacity(48 * (args.len() - 4) / 2);
+    for pair in args[4..].chunks_exact(2) {
+        let answer = catch_unwind(AssertUnwindSafe(|| {
+            let [name, used] = pair else {
+                return Err(Error::Usage(PACKED_USAGE));
+            };
+            record(ctx, name, field, spec, used.bytes(), grace_ms)
+        }));
+        match answer {
+            Ok(Ok(Some(value))) => pack(&mut out, b'v', value.as_slice()),
+            Ok(Ok(None)) => out.push(b'n'),
+            Ok(Err(error)) => pack(&mut out, b'e', error.to_string().as_bytes()),
+            Err(_) => pack(&mut out, b'e', Error::Internal.to_string().as_bytes()),
+        }
+    }
+    ffi::reply_bulk(ctx, &out);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Checks a `TOLLGATE.SYNCPACKED` call before any key is touched: the
+/// field, the spec and the grace, then two arguments a key.
+fn packed_shape(args: &[Arg]) -> Result<(Spec, u64), Error> {
+    if args.len() < 6 || !(args.len() - 4).is_multiple_of(2) {
+        return Err(Error::Usage(PACKED_USAGE));
+    }
+    check_field(&args[1])?;
+    let spec = specs::lookup(args[2].bytes())?;
+    Ok((spec, grace(&args[3])?))
+}
+
+/// Appends one answer of a packed reply: `tag`, `bytes`' length in
+/// decimal, `:`, `bytes`.
+fn pack(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+    out.push(b':');
+    out.extend_from_slice(bytes);
 }
 
 /// Replies `error` (an element of the array once it is started).
@@ -121,12 +214,26 @@ fn sync_key(ctx: *mut RedisModuleCtx, words: &[Arg], grace_ms: u64) -> Result<()
     let [name, field, spec, used] = words else {
         return Err(Error::Usage(USAGE));
     };
-    let field_bytes = field.bytes();
-    if field_bytes.is_empty() || field_bytes.len() > MAX_FIELD || !printable(field_bytes) {
-        return Err(Error::Bad("field (printable ASCII, at most 512 bytes)"));
-    }
+    check_field(field)?;
     let spec = specs::lookup(spec.bytes())?;
-    let pairs = usage(used.bytes()).ok_or(Error::Bad("usage (words \"at cost\")"))?;
+    match record(ctx, name, field, spec, used.bytes(), grace_ms)? {
+        Some(value) => ffi::reply_bulk(ctx, value.as_slice()),
+        None => ffi::reply_null(ctx),
+    }
+    Ok(())
+}
+
+/// One key of `spec` under `field` (checked): its usage recorded and
+/// written; its value afterwards (`None`: it holds none).
+fn record(
+    ctx: *mut RedisModuleCtx,
+    name: &Arg,
+    field: &Arg,
+    spec: Spec,
+    used: &[u8],
+    grace_ms: u64,
+) -> Result<Option<RedisString>, Error> {
+    let pairs = usage(used).ok_or(Error::Bad("usage (words \"at cost\")"))?;
     let key = Key::open(ctx, name);
     if key.kind() == Kind::Other {
         return Err(Error::WrongType);
@@ -157,11 +264,7 @@ fn sync_key(ctx: *mut RedisModuleCtx, words: &[Arg], grace_ms: u64) -> Result<()
             apply_ttl(ctx, name, &key, ttl, grace_ms);
         }
     }
-    match key.hash_get(field.inner()) {
-        Some(value) => ffi::reply_bulk(ctx, value.as_slice()),
-        None => ffi::reply_null(ctx),
-    }
-    Ok(())
+    Ok(key.hash_get(field.inner()))
 }
 
 #[cfg(test)]

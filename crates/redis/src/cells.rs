@@ -105,11 +105,19 @@ impl Plan {
 
 /// The Redis key of the hash holding `key`'s states.
 pub(crate) fn redis_key(prefix: &str, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + 18 + key.len());
+    write_redis_key(prefix, key, &mut out);
+    out
+}
+
+/// Appends [`redis_key`]'s bytes to `out` (a sync batch writes each key
+/// into its command this way, without a buffer of its own).
+pub(crate) fn write_redis_key(prefix: &str, key: &[u8], out: &mut Vec<u8>) {
     // Fixed SipHash keys: every tollgate instance must place a key alike.
     let mut hasher = SipHasher13::new_with_keys(0x746f_6c6c_6761_7465, 0x7265_6469_735f_7461);
     hasher.write(key);
     let tag = hasher.finish();
-    let mut out = Vec::with_capacity(prefix.len() + 18 + key.len());
+    out.reserve(prefix.len() + 18 + key.len());
     out.extend_from_slice(prefix.as_bytes());
     // `{<tag as 16 lowercase hex digits>}`, written digit by digit: this
     // runs for every key of every decision.
@@ -121,7 +129,6 @@ pub(crate) fn redis_key(prefix: &str, key: &[u8]) -> Vec<u8> {
     );
     out.push(b'}');
     out.extend_from_slice(key);
-    out
 }
 
 /// Plans `requests` at `cost` each, validating every merged cost; each

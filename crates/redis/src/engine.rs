@@ -103,6 +103,10 @@ pub(crate) struct EngineState {
     /// The module answered `TOLLGATE.SYNC` unknown (an earlier release):
     /// sync batches go as `record` calls and `HGET`s until the next probe.
     no_sync_call: AtomicBool,
+    /// The module answered `TOLLGATE.SYNCPACKED` unknown (an earlier
+    /// release): sync batches go as `TOLLGATE.SYNC` calls until the next
+    /// probe.
+    no_packed_call: AtomicBool,
 }
 
 impl EngineState {
@@ -112,6 +116,7 @@ impl EngineState {
             probed_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             no_sync_call: AtomicBool::new(false),
+            no_packed_call: AtomicBool::new(false),
         }
     }
 
@@ -145,6 +150,7 @@ impl EngineState {
         };
         self.running.store(value, Ordering::Relaxed);
         self.no_sync_call.store(false, Ordering::Relaxed);
+        self.no_packed_call.store(false, Ordering::Relaxed);
     }
 
     /// Whether sync batches may use `TOLLGATE.SYNC` (the module engine
@@ -156,6 +162,17 @@ impl EngineState {
     /// The module answered `TOLLGATE.SYNC` unknown.
     pub(crate) fn no_sync_call(&self) {
         self.no_sync_call.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether sync batches may use `TOLLGATE.SYNCPACKED` (since the last
+    /// probe, no sign of a module without it).
+    pub(crate) fn packed_call(&self) -> bool {
+        !self.no_packed_call.load(Ordering::Relaxed)
+    }
+
+    /// The module answered `TOLLGATE.SYNCPACKED` unknown.
+    pub(crate) fn no_packed_call(&self) {
+        self.no_packed_call.store(true, Ordering::Relaxed);
     }
 
     /// Forgets what was found: the next call probes again.
@@ -190,6 +207,13 @@ pub(crate) fn is_unknown_command(error: &redis::RedisError) -> bool {
 pub(crate) fn is_unknown_sync_call(error: &redis::RedisError) -> bool {
     let text = error.to_string().to_ascii_lowercase();
     text.contains("unknown command") && text.contains("tollgate.sync")
+}
+
+/// Whether a reply error says the server has no `TOLLGATE.SYNCPACKED` (a
+/// module of an earlier release, or none).
+pub(crate) fn is_unknown_packed_call(error: &redis::RedisError) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("unknown command") && text.contains("tollgate.syncpacked")
 }
 
 /// Whether a reply error says the module does not know the operation (a

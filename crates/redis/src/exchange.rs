@@ -1,10 +1,12 @@
 //! The Redis store as the async sync mode's [`Transport`]: a batch of
 //! exchanges becomes one pipeline per server (per master on a cluster).
 //! With the module, each key's usage is recorded at its instants and its
-//! version-1 value (docs/redis-state.md) read back by `TOLLGATE.SYNC`, a
-//! call per few hundred keys (per key on a cluster, where a call's keys
-//! share a slot); a module of an earlier release without that command
-//! gets what the script gets. With the script, each usage is one `record`
+//! version-1 value (docs/redis-state.md) read back by `TOLLGATE.SYNCPACKED`,
+//! a call per few hundred keys of one limit (per key on a cluster, where a
+//! call's keys share a slot), the limit named once and the values answered
+//! in one string; a module of an earlier release without it gets
+//! `TOLLGATE.SYNC` calls (the limit per key, an array answered), and one
+//! without that what the script gets. With the script, each usage is one `record`
 //! call and the value is read back with `HGET`. The pipeline is not a
 //! transaction: another instance's writes may land between a key's records
 //! and its read (between two calls), and the read then includes them,
@@ -29,17 +31,47 @@ use crate::engine::{self, Engine, Running};
 use crate::limits::Prepared;
 use crate::script::SOURCE;
 use crate::slots::slot_of;
-use crate::store::{script_error, unavailable, Connection, LazyCluster, RedisStore};
+use crate::store::{
+    script_error, script_error_text, unavailable, Connection, LazyCluster, RedisStore,
+};
 
-/// What one exchange's pipeline holds: its cell, then how many record
-/// calls precede its `HGET`.
+/// What one exchange's pipeline holds: its limit (and a calendar limit's
+/// windows), then how many record calls precede its `HGET`. Its Redis key
+/// is written where it is needed ([`Planned::cell`], or straight into a
+/// `TOLLGATE.SYNC` call), not kept per key.
 struct Planned {
-    cell: Cell,
+    limit: Arc<Prepared>,
+    windows: Option<Box<str>>,
     records: usize,
+}
+
+impl Planned {
+    /// The exchange's cell for `key` under `store`'s prefix, cost 0.
+    fn cell(&self, store: &RedisStore, key: &[u8]) -> Cell {
+        Cell {
+            key: store.redis_key(key),
+            limit: Arc::clone(&self.limit),
+            cost: 0,
+            windows: self.windows.clone(),
+        }
+    }
+
+    /// The spec the engines take (as [`Cell::spec`]).
+    fn spec(&self) -> std::borrow::Cow<'_, str> {
+        match &self.windows {
+            None => std::borrow::Cow::Borrowed(&self.limit.spec),
+            Some(windows) => std::borrow::Cow::Owned(format!("{} {windows}", self.limit.spec)),
+        }
+    }
 }
 
 /// The module's command for a batch (`crates/redis-module/src/sync.rs`).
 const SYNC_COMMAND: &str = "TOLLGATE.SYNC";
+
+/// The module's command for a batch's keys of one limit, the limit named
+/// once and the answers packed into one string
+/// (`crates/redis-module/src/sync.rs`).
+const PACKED_COMMAND: &str = "TOLLGATE.SYNCPACKED";
 
 /// The most keys one `TOLLGATE.SYNC` call carries: a call runs alone on
 /// Redis's main thread, so a batch of many keys goes as several calls.
@@ -115,12 +147,8 @@ impl RedisStore {
                 cells::calendar_windows(&calendar, instant).into_boxed_str()
             });
             planned.push(Some(Planned {
-                cell: Cell {
-                    key: self.redis_key(exchange.key),
-                    limit: prepared,
-                    cost: 0,
-                    windows,
-                },
+                limit: prepared,
+                windows,
                 records: exchange.usage.len(),
             }));
             answers.push(Ok(None));
@@ -164,8 +192,10 @@ impl RedisStore {
         // fails), the first key's slot, to route by, and its exchanges.
         let mut groups: Vec<(Option<usize>, u16, Vec<usize>)> = Vec::new();
         for (i, planned) in planned.iter().enumerate() {
-            let Some(planned) = planned else { continue };
-            let slot = slot_of(&planned.cell.key);
+            if planned.is_none() {
+                continue;
+            }
+            let slot = slot_of(&self.redis_key(batch[i].key));
             let master = map.master_of(slot);
             match groups
                 .iter_mut()
@@ -228,6 +258,17 @@ impl RedisStore {
         group: &[usize],
         slot: Option<u16>,
     ) -> Result<Answers, StoreError> {
+        if running == Running::Module
+            && self.inner.engine.sync_call()
+            && self.inner.engine.packed_call()
+        {
+            match self.send_packed(batch, planned, group, slot).await? {
+                Some(answers) => return Ok(answers),
+                // A module of an earlier release: `TOLLGATE.SYNC` calls,
+                // until the next probe.
+                None => self.inner.engine.no_packed_call(),
+            }
+        }
         if running == Running::Module && self.inner.engine.sync_call() {
             match self.send_sync(batch, planned, group, slot).await? {
                 Some(answers) => return Ok(answers),
@@ -274,7 +315,7 @@ impl RedisStore {
             }
             let value = results.next().unwrap_or(Ok(Value::Nil));
             answers.push(match (failure, value) {
-                (Some(error), _) => Err(script_error(error, &[&planned.cell])),
+                (Some(error), _) => Err(script_error(error, &[&planned.cell(self, batch[i].key)])),
                 (None, Ok(Value::Nil)) => Ok(None),
                 (None, Ok(Value::BulkString(bytes))) => Ok(Some(bytes)),
                 (None, Ok(other)) => Err(StoreError::Unavailable(format!(
@@ -303,24 +344,34 @@ impl RedisStore {
         let mut calls: Vec<&[usize]> = Vec::with_capacity(group.len().div_ceil(per_call));
         let mut words: Vec<u8> = Vec::with_capacity(64);
         let mut digits = itoa::Buffer::new();
+        let prefix = self.config().key_prefix.as_str();
         for call in group.chunks(per_call) {
-            let cells: Vec<(&Planned, &[Usage])> = call
+            let cells: Vec<(&Planned, &[u8], &[Usage])> = call
                 .iter()
-                .filter_map(|&i| planned[i].as_ref().map(|p| (p, batch[i].usage)))
+                .filter_map(|&i| {
+                    planned[i]
+                        .as_ref()
+                        .map(|p| (p, batch[i].key, batch[i].usage))
+                })
                 .collect();
             // Sized for its words, so that it is written without growing.
             let bytes: usize = cells
                 .iter()
-                .map(|(p, usage)| {
-                    p.cell.key.len()
-                        + p.cell.limit.field.len()
-                        + p.cell.spec().len()
+                .map(|(p, key, usage)| {
+                    prefix.len()
+                        + 18
+                        + key.len()
+                        + p.limit.field.len()
+                        + p.spec().len()
                         + 42 * usage.len()
                 })
                 .sum();
             let mut command = redis::Cmd::with_capacity(2 + 4 * cells.len(), bytes + 32);
             command.arg(SYNC_COMMAND);
-            for (p, usage) in cells {
+            for (p, key, usage) in cells {
+                words.clear();
+                cells::write_redis_key(prefix, key, &mut words);
+                command.arg(words.as_slice());
                 words.clear();
                 for (n, u) in usage.iter().enumerate() {
                     if n > 0 {
@@ -331,9 +382,8 @@ impl RedisStore {
                     words.extend_from_slice(digits.format(u.cost).as_bytes());
                 }
                 command
-                    .arg(p.cell.key.as_slice())
-                    .arg(p.cell.limit.field.as_bytes())
-                    .arg(p.cell.spec().as_bytes())
+                    .arg(p.limit.field.as_bytes())
+                    .arg(p.spec().as_bytes())
                     .arg(words.as_slice());
             }
             command.arg(self.inner.grace_ms.as_bytes());
@@ -350,10 +400,7 @@ impl RedisStore {
         }
         let mut answers: Answers = Vec::with_capacity(group.len());
         for (call, reply) in calls.into_iter().zip(replies) {
-            let cells: Vec<&Cell> = call
-                .iter()
-                .filter_map(|&i| planned[i].as_ref().map(|p| &p.cell))
-                .collect();
+            let keys = call.iter().filter(|&&i| planned[i].is_some()).count();
             match reply {
                 Err(error) if engine::is_unknown_sync_call(&error) => return Ok(None),
                 Err(error) if engine::is_unknown_command(&error) => {
@@ -371,7 +418,7 @@ impl RedisStore {
                         });
                     }
                 }
-                Ok(Value::Array(values)) if values.len() == cells.len() => {
+                Ok(Value::Array(values)) if values.len() == keys => {
                     let mut values = values.into_iter();
                     for &i in call {
                         let Some(p) = &planned[i] else {
@@ -382,7 +429,7 @@ impl RedisStore {
                             Some(Value::Nil) => Ok(None),
                             Some(Value::BulkString(bytes)) => Ok(Some(bytes)),
                             Some(Value::ServerError(error)) => {
-                                Err(script_error(error.into(), &[&p.cell]))
+                                Err(script_error(error.into(), &[&p.cell(self, batch[i].key)]))
                             }
                             other => Err(StoreError::Unavailable(format!(
                                 "tollgate: TOLLGATE.SYNC answered {other:?} for a key"
@@ -392,8 +439,157 @@ impl RedisStore {
                 }
                 Ok(other) => {
                     return Err(StoreError::Unavailable(format!(
-                        "tollgate: TOLLGATE.SYNC of {} keys answered {other:?}",
-                        cells.len()
+                        "tollgate: TOLLGATE.SYNC of {keys} keys answered {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(Some(answers))
+    }
+
+    /// The exchanges of `group` as `TOLLGATE.SYNCPACKED` calls in one
+    /// pipeline (on a cluster, to the master of `slot`), each call of at
+    /// most [`SYNC_CALL_KEYS`] keys of one limit (one key on a cluster);
+    /// each exchange's answer. `None` when the server does not know the
+    /// command (then none of it ran).
+    async fn send_packed(
+        &self,
+        batch: &[Exchange<'_>],
+        planned: &[Option<Planned>],
+        group: &[usize],
+        slot: Option<u16>,
+    ) -> Result<Option<Answers>, StoreError> {
+        let per_call = if slot.is_some() { 1 } else { SYNC_CALL_KEYS };
+        let prefix = self.config().key_prefix.as_str();
+        let mut pipeline = redis::pipe();
+        // Each call's exchanges, and whether it went (an exchange that was
+        // not planned goes alone, in no call).
+        let mut calls: Vec<(&[usize], bool)> = Vec::new();
+        let mut words: Vec<u8> = Vec::with_capacity(64);
+        let mut digits = itoa::Buffer::new();
+        let mut start = 0;
+        while start < group.len() {
+            let Some(first) = &planned[group[start]] else {
+                calls.push((&group[start..=start], false));
+                start += 1;
+                continue;
+            };
+            // The run of keys of the same limit (and windows) that follows.
+            let mut end = start + 1;
+            while end < group.len() && end - start < per_call {
+                match &planned[group[end]] {
+                    Some(p)
+                        if Arc::ptr_eq(&p.limit, &first.limit) && p.windows == first.windows =>
+                    {
+                        end += 1
+                    }
+                    _ => break,
+                }
+            }
+            let run = &group[start..end];
+            let spec = first.spec();
+            // Sized for its words, so that it is written without growing.
+            let bytes: usize = run
+                .iter()
+                .map(|&i| prefix.len() + 18 + batch[i].key.len() + 42 * batch[i].usage.len())
+                .sum();
+            let mut command = redis::Cmd::with_capacity(
+                4 + 2 * run.len(),
+                bytes + first.limit.field.len() + spec.len() + 48,
+            );
+            command
+                .arg(PACKED_COMMAND)
+                .arg(first.limit.field.as_bytes())
+                .arg(spec.as_bytes())
+                .arg(self.inner.grace_ms.as_bytes());
+            for &i in run {
+                words.clear();
+                cells::write_redis_key(prefix, batch[i].key, &mut words);
+                command.arg(words.as_slice());
+                words.clear();
+                for (n, u) in batch[i].usage.iter().enumerate() {
+                    if n > 0 {
+                        words.push(b' ');
+                    }
+                    words.extend_from_slice(digits.format(u.at).as_bytes());
+                    words.push(b' ');
+                    words.extend_from_slice(digits.format(u.cost).as_bytes());
+                }
+                command.arg(words.as_slice());
+            }
+            pipeline.add_command(command);
+            calls.push((run, true));
+            start = end;
+        }
+        let sent = calls.iter().filter(|(_, sent)| *sent).count();
+        let replies = self.query(pipeline, slot).await?;
+        if replies.len() != sent {
+            return Err(StoreError::Unavailable(format!(
+                "tollgate: {} replies to a sync pipeline of {sent} calls",
+                replies.len(),
+            )));
+        }
+        let mut replies = replies.into_iter();
+        let mut answers: Answers = Vec::with_capacity(group.len());
+        for (call, sent) in calls {
+            if !sent {
+                answers.push(Ok(None));
+                continue;
+            }
+            let Some(reply) = replies.next() else {
+                return Err(StoreError::Unavailable(
+                    "tollgate: a sync pipeline lost a reply".into(),
+                ));
+            };
+            match reply {
+                Err(error) if engine::is_unknown_packed_call(&error) => return Ok(None),
+                Err(error) if engine::is_unknown_command(&error) => {
+                    // Failed over to a node without the module: look
+                    // again, send again.
+                    self.inner.engine.forget();
+                    return Err(unavailable(error));
+                }
+                Err(error) => {
+                    let text = error.to_string();
+                    answers.extend(
+                        call.iter()
+                            .map(|_| Err(StoreError::Unavailable(text.clone()))),
+                    );
+                }
+                Ok(Value::BulkString(packed)) => {
+                    let mut rest = packed.as_slice();
+                    for &i in call {
+                        let Some((answer, after)) = unpack(rest) else {
+                            return Err(StoreError::Unavailable(format!(
+                                "tollgate: TOLLGATE.SYNCPACKED of {} keys answered {} bytes that are not {0} answers",
+                                call.len(),
+                                packed.len()
+                            )));
+                        };
+                        rest = after;
+                        answers.push(match answer {
+                            Unpacked::Value(bytes) => Ok(Some(bytes.to_vec())),
+                            Unpacked::None => Ok(None),
+                            Unpacked::Error(text) => {
+                                let cell = planned[i].as_ref().map(|p| p.cell(self, batch[i].key));
+                                Err(script_error_text(
+                                    text,
+                                    cell.iter().collect::<Vec<_>>().as_slice(),
+                                ))
+                            }
+                        });
+                    }
+                    if !rest.is_empty() {
+                        return Err(StoreError::Unavailable(format!(
+                            "tollgate: TOLLGATE.SYNCPACKED of {} keys answered more than {0} answers",
+                            call.len()
+                        )));
+                    }
+                }
+                Ok(other) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "tollgate: TOLLGATE.SYNCPACKED of {} keys answered {other:?}",
+                        call.len()
                     )))
                 }
             }
@@ -449,7 +645,7 @@ impl RedisStore {
         let mut pipeline = redis::pipe();
         for &i in group {
             let Some(planned) = &planned[i] else { continue };
-            let mut cell = planned.cell.clone();
+            let mut cell = planned.cell(self, batch[i].key);
             for usage in batch[i].usage {
                 cell.cost = usage.cost;
                 let at = Moment::At(usage.at);
@@ -511,6 +707,43 @@ impl RedisStore {
     }
 }
 
+/// One key's answer in a `TOLLGATE.SYNCPACKED` reply.
+#[derive(Debug, PartialEq, Eq)]
+enum Unpacked<'a> {
+    /// Its value.
+    Value(&'a [u8]),
+    /// It holds none.
+    None,
+    /// Its own error's message.
+    Error(String),
+}
+
+/// The first answer of a packed reply and the bytes after it: `n`, or a
+/// tag (`v` a value, `e` an error), a length in decimal, `:` and that many
+/// bytes. `None` when the bytes are not an answer.
+fn unpack(bytes: &[u8]) -> Option<(Unpacked<'_>, &[u8])> {
+    let (&tag, rest) = bytes.split_first()?;
+    if tag == b'n' {
+        return Some((Unpacked::None, rest));
+    }
+    let colon = rest.iter().take(21).position(|&b| b == b':')?;
+    let digits = &rest[..colon];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let len: usize = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    let body = rest.get(colon + 1..colon + 1 + len)?;
+    let after = &rest[colon + 1 + len..];
+    match tag {
+        b'v' => Some((Unpacked::Value(body), after)),
+        b'e' => Some((
+            Unpacked::Error(String::from_utf8_lossy(body).into_owned()),
+            after,
+        )),
+        _ => None,
+    }
+}
+
 /// Whether a key's error says its slot is served elsewhere now.
 fn moved(error: &StoreError) -> bool {
     let text = error.to_string();
@@ -550,4 +783,38 @@ fn system_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_reply_is_read_answer_by_answer_and_nothing_else_passes() {
+        let packed = b"v3:1 2ne12:ERR tollgate:v0:";
+        let (first, rest) = unpack(packed).unwrap();
+        assert_eq!(first, Unpacked::Value(b"1 2"));
+        let (second, rest) = unpack(rest).unwrap();
+        assert_eq!(second, Unpacked::None);
+        let (third, rest) = unpack(rest).unwrap();
+        assert_eq!(third, Unpacked::Error("ERR tollgate".into()));
+        assert_eq!(rest, b":v0:");
+        assert!(unpack(rest).is_none());
+        let (fourth, rest) = unpack(b"v0:").unwrap();
+        assert_eq!(fourth, Unpacked::Value(b""));
+        assert!(rest.is_empty());
+        for bad in [
+            &b""[..],
+            b"v",
+            b"v3",
+            b"v3:12",
+            b"v:1",
+            b"v-1:",
+            b"v+1:x",
+            b"x1:a",
+            b"v99999999999999999999999:",
+        ] {
+            assert!(unpack(bad).is_none(), "{bad:?}");
+        }
+    }
 }

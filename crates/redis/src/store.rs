@@ -816,7 +816,11 @@ impl RedisStore {
 /// Errors the script raises on purpose carry a `tollgate:` prefix; those a
 /// request causes become the memory store's errors for it.
 pub(crate) fn script_error(error: redis::RedisError, cells: &[&Cell]) -> StoreError {
-    let text = error.to_string();
+    script_error_text(error.to_string(), cells)
+}
+
+/// [`script_error`] of an error's message.
+pub(crate) fn script_error_text(text: String, cells: &[&Cell]) -> StoreError {
     if text.contains("tollgate: reservation_unsupported") {
         return StoreError::Limit(LimitError::ReservationUnsupported);
     }

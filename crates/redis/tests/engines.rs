@@ -3,8 +3,9 @@
 //! without it, naming the problem; the same keys decided alternately by the
 //! module and the script give the memory store's decisions; thousands of
 //! hostile calls to the module's commands each answer an error or a
-//! decision, with the server still answering afterwards; and a
-//! `TOLLGATE.SYNC` call leaves each key as that many `record` calls do.
+//! decision, with the server still answering afterwards; a
+//! `TOLLGATE.SYNC` call leaves each key as that many `record` calls do,
+//! and a `TOLLGATE.SYNCPACKED` call as a `TOLLGATE.SYNC` call does.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::cell::{Cell, RefCell};
@@ -481,6 +482,181 @@ fn a_sync_call_leaves_each_key_as_record_calls_do() {
                     None => prop_assert_eq!((synced_ttl, recorded_ttl), (-2, -2)),
                 }
             }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Thousands of hostile `TOLLGATE.SYNCPACKED` calls (any words, and calls
+/// of its shape: a field, a spec and a grace, then two words a key) each
+/// answer an error or one string, and the server lives; a key whose state
+/// is not a state, or that is not a hash, is that key's error in the
+/// string, and the others are synced.
+#[test]
+fn hostile_packed_sync_calls_answer_an_error_or_a_string_and_the_server_lives() {
+    let server = RedisServer::start_with_module();
+    call(
+        server.port(),
+        &[
+            b"HSET".to_vec(),
+            b"g".to_vec(),
+            b"f".to_vec(),
+            b"x".to_vec(),
+        ],
+    );
+    call(
+        server.port(),
+        &[b"SET".to_vec(), b"s".to_vec(), b"v".to_vec()],
+    );
+    let usage = prop_oneof![
+        Just(b"".to_vec()),
+        Just(b"1000 1".to_vec()),
+        Just(b"1000 1 2000 3".to_vec()),
+        Just(b"1000 0".to_vec()),
+        Just(b"1000".to_vec()),
+        Just(b"1000 1 ".to_vec()),
+        Just(b"18446744073709551615 18446744073709551615".to_vec()),
+        word(),
+    ];
+    let key = (word(), usage).prop_map(|(k, u)| vec![k, u]);
+    let grace = prop_oneof![Just(b"1000".to_vec()), word()];
+    let shaped = (word(), word(), grace, proptest::collection::vec(key, 0..4)).prop_map(
+        |(field, spec, grace, keys)| {
+            let mut words = vec![field, spec, grace];
+            words.extend(keys.into_iter().flatten());
+            words
+        },
+    );
+    let argv = prop_oneof![proptest::collection::vec(word(), 0..14), shaped];
+    let mut runner = TestRunner::new(Config {
+        cases: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&argv, |words| {
+            let mut args = vec![b"TOLLGATE.SYNCPACKED".to_vec()];
+            args.extend(words);
+            let reply = call(server.port(), &args);
+            prop_assert!(
+                reply.starts_with(b"-") || reply.starts_with(b"$"),
+                "{:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            Ok(())
+        })
+        .unwrap();
+    assert!(server.answers(), "PING after the hostile calls");
+    let reply = call(
+        server.port(),
+        &[
+            b"TOLLGATE.SYNCPACKED".to_vec(),
+            b"f".to_vec(),
+            b"gcra 1 100000000 10".to_vec(),
+            b"1000".to_vec(),
+            b"g".to_vec(),
+            b"1000 1".to_vec(),
+            b"s".to_vec(),
+            b"1000 1".to_vec(),
+            b"ok".to_vec(),
+            b"1000 1".to_vec(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&reply);
+    let not_version_1 = "ERR tollgate: a state is not format version 1";
+    let wrong_type = "WRONGTYPE tollgate: a key holds something else than a hash";
+    let expected = format!(
+        "e{}:{not_version_1}e{}:{wrong_type}v",
+        not_version_1.len(),
+        wrong_type.len()
+    );
+    assert!(text.contains(&expected), "{text:?}");
+    assert_eq!(server.command("HGET g f").unwrap(), "$1\r\nx\r\n");
+    let ok = server.command("HGET ok f").unwrap();
+    assert!(ok.starts_with('$'), "{ok:?}");
+    let value = ok.lines().nth(1).unwrap();
+    assert!(
+        text.ends_with(&format!("v{}:{value}\r\n", value.len())),
+        "{text:?}"
+    );
+}
+
+/// `TOLLGATE.SYNCPACKED` leaves each key as `TOLLGATE.SYNC` does with the
+/// same usage, and answers the same values (none as `n`), for every
+/// algorithm whose usage can be merged, several keys to a call.
+#[test]
+fn a_packed_sync_call_leaves_each_key_as_a_sync_call_does() {
+    let server = RedisServer::start_with_module();
+    let connection = RefCell::new(
+        redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap(),
+    );
+    let second = Duration::from_secs(1);
+    let specs: Vec<String> = [
+        AlgorithmName::Gcra,
+        AlgorithmName::TokenBucket,
+        AlgorithmName::LeakyBucket,
+        AlgorithmName::FixedWindow,
+        AlgorithmName::SlidingWindowLog,
+        AlgorithmName::SlidingWindowCounter,
+    ]
+    .into_iter()
+    .map(|algorithm| {
+        tollgate_state::algorithm_spec(&Limit::new(algorithm, Rate::new(5, 10 * second).unwrap()))
+    })
+    .collect();
+    const START: u64 = 1_763_000_000_000_000_000;
+    let usage = proptest::collection::vec((0u64..60_000, 0u64..4), 0..5).prop_map(|mut u| {
+        u.sort();
+        u.into_iter()
+            .map(|(ms, cost)| format!("{} {cost}", START + ms * 1_000_000))
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let calls = (0..specs.len(), proptest::collection::vec(usage, 1..4));
+    let mut runner = TestRunner::new(Config {
+        cases: 100,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = Cell::new(0);
+    runner
+        .run(&calls, |(spec, usage)| {
+            case.set(case.get() + 1);
+            let case = case.get();
+            let mut connection = connection.borrow_mut();
+            let mut sync = redis::cmd("TOLLGATE.SYNC");
+            let mut packed = redis::cmd("TOLLGATE.SYNCPACKED");
+            packed.arg("f").arg(&specs[spec]).arg("3600000");
+            for (n, words) in usage.iter().enumerate() {
+                sync.arg(format!("sync:{case}:{n}"))
+                    .arg("f")
+                    .arg(&specs[spec])
+                    .arg(words);
+                packed.arg(format!("packed:{case}:{n}")).arg(words);
+            }
+            sync.arg("3600000");
+            let values: Vec<Option<Vec<u8>>> = sync.query(&mut *connection).unwrap();
+            let answer: Vec<u8> = packed.query(&mut *connection).unwrap();
+            let mut expected = Vec::new();
+            for (n, value) in values.iter().enumerate() {
+                match value {
+                    Some(value) => {
+                        expected.extend_from_slice(format!("v{}:", value.len()).as_bytes());
+                        expected.extend_from_slice(value);
+                    }
+                    None => expected.push(b'n'),
+                }
+                let read: Option<Vec<u8>> = redis::cmd("HGET")
+                    .arg(format!("packed:{case}:{n}"))
+                    .arg("f")
+                    .query(&mut *connection)
+                    .unwrap();
+                prop_assert_eq!(&read, value, "key {} ({})", n, &specs[spec]);
+            }
+            prop_assert_eq!(answer, expected);
             Ok(())
         })
         .unwrap();

@@ -20,7 +20,7 @@ use tollgate_core::{
 };
 use tollgate_state::{format_of, AnyFormat, Format};
 
-use crate::table::{AnyTable, Sent, Table};
+use crate::table::{AnyTable, Outgoing, Table};
 use crate::transport::{Exchange, Transport};
 
 /// How many keys of a batch's answer are merged under one hold of the
@@ -121,8 +121,8 @@ struct Inner<T, E> {
     clock: Arc<dyn Clock>,
     config: SyncConfig,
     local: Mutex<Local>,
-    /// One batch at a time.
-    syncing: tokio::sync::Mutex<()>,
+    /// One batch at a time, with the buffers every batch reuses.
+    syncing: tokio::sync::Mutex<Outbox>,
     /// The last exchange failed: decisions are degraded until one passes.
     outage: AtomicBool,
     /// When (clock ns) the last batch that reached the shared store left,
@@ -136,6 +136,32 @@ struct Inner<T, E> {
     keys_sent: AtomicU64,
     key_errors: AtomicU64,
     degraded_decisions: AtomicU64,
+}
+
+/// A batch's keys, kept from batch to batch so that their buffers are
+/// reused.
+#[derive(Default)]
+struct Outbox {
+    /// Each limit with keys in the batch and where its keys end in
+    /// `out.keys` (they start where the limit before ends).
+    limits: Vec<(Limit, usize)>,
+    out: Outgoing,
+}
+
+impl Outbox {
+    /// Each limit's keys (with where their usage ends) and where its first
+    /// key's usage starts.
+    fn runs(&self) -> impl Iterator<Item = (&Limit, &[(Arc<[u8]>, usize)], usize)> {
+        let mut start = 0;
+        self.limits.iter().map(move |(limit, end)| {
+            let keys = &self.out.keys[start..*end];
+            let from = start
+                .checked_sub(1)
+                .map_or(0, |before| self.out.keys[before].1);
+            start = *end;
+            (limit, keys, from)
+        })
+    }
 }
 
 #[derive(Default)]
@@ -220,7 +246,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                 clock,
                 config,
                 local: Mutex::new(Local::default()),
-                syncing: tokio::sync::Mutex::new(()),
+                syncing: tokio::sync::Mutex::new(Outbox::default()),
                 outage: AtomicBool::new(false),
                 synced_at: AtomicU64::new(now),
                 max_lag: AtomicU64::new(0),
@@ -327,24 +353,35 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
     /// next one). Stale copies as good as fresh with nothing to send are
     /// dropped first.
     pub async fn sync(&self) -> Result<usize, StoreError> {
-        let _one_at_a_time = self.inner.syncing.lock().await;
+        let mut outbox = self.inner.syncing.lock().await;
+        let outbox = &mut *outbox;
+        let result = self.sync_with(outbox).await;
+        // The keys' bytes are not held until the next batch.
+        outbox.limits.clear();
+        outbox.out.clear();
+        result
+    }
+
+    /// [`sync`](Self::sync) in `outbox`'s buffers.
+    async fn sync_with(&self, outbox: &mut Outbox) -> Result<usize, StoreError> {
         let started = self.inner.clock.now();
+        outbox.limits.clear();
+        outbox.out.clear();
         // Per limit (each table looked up once, not per key), its keys
         // and their usage.
-        let mut sent: Vec<(Limit, Vec<Sent>)> = Vec::new();
         {
             let mut local = self.inner.local.lock();
             for (limit, table) in &mut local.tables {
                 table.sweep(started);
-                let mut keys = Vec::new();
-                table.send(self.inner.config.refresh_idle, &mut keys);
-                if !keys.is_empty() {
-                    sent.push((*limit, keys));
+                table.send(self.inner.config.refresh_idle, &mut outbox.out);
+                let end = outbox.out.keys.len();
+                if end > outbox.limits.last().map_or(0, |&(_, end)| end) {
+                    outbox.limits.push((*limit, end));
                 }
             }
             local.tables.retain(|_, t| t.len() > 0);
         }
-        let count: usize = sent.iter().map(|(_, keys)| keys.len()).sum();
+        let count = outbox.out.keys.len();
         self.inner
             .last_batch_keys
             .store(count as u64, Ordering::Relaxed);
@@ -352,13 +389,18 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             self.synced(started, started);
             return Ok(0);
         }
-        let batch: Vec<Exchange<'_>> = sent
-            .iter()
-            .flat_map(|(limit, keys)| {
-                keys.iter()
-                    .map(move |(key, usage)| Exchange { limit, key, usage })
-            })
-            .collect();
+        let outbox = &*outbox;
+        let mut batch: Vec<Exchange<'_>> = Vec::with_capacity(count);
+        for (limit, keys, mut from) in outbox.runs() {
+            for (key, end) in keys {
+                batch.push(Exchange {
+                    limit,
+                    key,
+                    usage: &outbox.out.usage[from..*end],
+                });
+                from = *end;
+            }
+        }
         let result = match self.inner.transport.exchange(&batch).await {
             Ok(values) if values.len() == batch.len() => Ok(values),
             Ok(values) => Err(StoreError::Unavailable(format!(
@@ -375,8 +417,8 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
                 // waiting for it are not held up by a whole large batch.
                 let mut values = values.into_iter();
                 let mut in_slice = 0;
-                for (limit, keys) in &sent {
-                    let mut rest: &[Sent] = keys;
+                for (limit, keys, _) in outbox.runs() {
+                    let mut rest = keys;
                     while !rest.is_empty() {
                         if in_slice == MERGE_SLICE {
                             tokio::task::yield_now().await;
@@ -417,7 +459,7 @@ impl<T: Transport, E: Store> SyncStore<T, E> {
             }
             Err(error) => {
                 let mut local = self.inner.local.lock();
-                for (limit, keys) in &sent {
+                for (limit, keys, _) in outbox.runs() {
                     if let Some(table) = local.tables.get_mut(limit) {
                         for (key, _) in keys {
                             table.restore(key);
@@ -626,6 +668,25 @@ impl<T: Transport, E: Store> Store for SyncStore<T, E> {
             return self.inner.exact.check(requests, at, cost).await;
         }
         self.decide(requests, now, cost)
+    }
+
+    /// One limit: decided on its live copy without a list of decisions or
+    /// [`check`](Store::check)'s larger future (the common request); a key
+    /// to read first, or a limit that stays exact, as `check` does it.
+    async fn check_one(
+        &self,
+        request: LimitKey<'_>,
+        at: Moment,
+        cost: u64,
+    ) -> Result<Decision, StoreError> {
+        if !self.is_async(request.limit) {
+            return Box::pin(self.inner.exact.check_one(request, at, cost)).await;
+        }
+        if let Some(decision) = self.decide_one(&request, self.now(at), cost)? {
+            return Ok(decision);
+        }
+        let decisions = Box::pin(self.check(&[request], at, cost)).await?;
+        Ok(decisions.first().copied().unwrap_or_default())
     }
 
     /// Reservations book time slots ahead in the shared store: exact.

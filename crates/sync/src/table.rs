@@ -24,9 +24,26 @@ pub struct Usage {
     pub cost: u64,
 }
 
-/// A key sent with a batch and its usage: the key shared with the table
-/// (no copy of its bytes per batch).
-pub(crate) type Sent = (Arc<[u8]>, Vec<Usage>);
+/// A batch's keys and their usage, in buffers kept from batch to batch
+/// (a batch of 10,000 keys allocated them anew, and the pages they took
+/// were faulted in and zeroed each time).
+#[derive(Default)]
+pub(crate) struct Outgoing {
+    /// Each key sent, shared with its table (no copy of its bytes), and
+    /// where its usage ends in `usage` (it starts where the one before
+    /// ends).
+    pub(crate) keys: Vec<(Arc<[u8]>, usize)>,
+    /// The usage of every key sent, one key's after another.
+    pub(crate) usage: Vec<Usage>,
+}
+
+impl Outgoing {
+    /// Empties both, keeping their room.
+    pub(crate) fn clear(&mut self) {
+        self.keys.clear();
+        self.usage.clear();
+    }
+}
 
 /// One limit's copies by key: foldhash, seeded at random per map (the
 /// keys are clients'), where SipHash took a fair part of a local decision.
@@ -83,7 +100,7 @@ pub(crate) trait AnyTable: Send {
     /// Moves the pending usage of every key asked about in the last `keep`
     /// batches in flight; appends each such key and its usage (maybe none)
     /// to `out`. The others' copies go stale.
-    fn send(&mut self, keep: u32, out: &mut Vec<Sent>);
+    fn send(&mut self, keep: u32, out: &mut Outgoing);
     /// The batch reached the shared store: the key's copy becomes the
     /// global state `value` with the usage admitted since the batch left
     /// counted on it again.
@@ -277,7 +294,7 @@ where
         Ok(())
     }
 
-    fn send(&mut self, keep: u32, out: &mut Vec<Sent>) {
+    fn send(&mut self, keep: u32, out: &mut Outgoing) {
         for (key, entry) in &mut self.entries {
             let used = entry.touched || !entry.pending.is_empty();
             entry.idle = if used {
@@ -292,8 +309,15 @@ where
                 continue;
             }
             entry.touched = false;
-            entry.in_flight = std::mem::take(&mut entry.pending);
-            out.push((Arc::clone(key), entry.in_flight.clone()));
+            if entry.in_flight.is_empty() {
+                // The lists trade places: the pending one goes on with the
+                // room the last batch's left (no allocation per key).
+                std::mem::swap(&mut entry.in_flight, &mut entry.pending);
+            } else {
+                entry.in_flight.append(&mut entry.pending);
+            }
+            out.usage.extend_from_slice(&entry.in_flight);
+            out.keys.push((Arc::clone(key), out.usage.len()));
         }
     }
 
