@@ -20,7 +20,7 @@ use tollgate_core::{
 };
 use tollgate_state::{format_of, AnyFormat, Format};
 
-use crate::table::{AnyTable, Outgoing, Table};
+use crate::table::{AnyTable, Outgoing, Sent, Table};
 use crate::transport::{Exchange, Transport};
 
 /// How many keys of a batch's answer are merged under one hold of the
@@ -151,7 +151,7 @@ struct Outbox {
 impl Outbox {
     /// Each limit's keys (with where their usage ends) and where its first
     /// key's usage starts.
-    fn runs(&self) -> impl Iterator<Item = (&Limit, &[(Arc<[u8]>, usize)], usize)> {
+    fn runs(&self) -> impl Iterator<Item = (&Limit, &[Sent], usize)> {
         let mut start = 0;
         self.limits.iter().map(move |(limit, end)| {
             let keys = &self.out.keys[start..*end];

@@ -24,15 +24,18 @@ pub struct Usage {
     pub cost: u64,
 }
 
+/// A key sent with a batch, shared with its table (no copy of its bytes),
+/// and where its usage ends in [`Outgoing::usage`] (it starts where the
+/// key before's ends).
+pub(crate) type Sent = (Arc<[u8]>, usize);
+
 /// A batch's keys and their usage, in buffers kept from batch to batch
 /// (a batch of 10,000 keys allocated them anew, and the pages they took
 /// were faulted in and zeroed each time).
 #[derive(Default)]
 pub(crate) struct Outgoing {
-    /// Each key sent, shared with its table (no copy of its bytes), and
-    /// where its usage ends in `usage` (it starts where the one before
-    /// ends).
-    pub(crate) keys: Vec<(Arc<[u8]>, usize)>,
+    /// Each key sent.
+    pub(crate) keys: Vec<Sent>,
     /// The usage of every key sent, one key's after another.
     pub(crate) usage: Vec<Usage>,
 }
