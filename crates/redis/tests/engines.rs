@@ -291,12 +291,9 @@ fn hostile_calls_answer_an_error_or_a_decision_and_the_server_lives() {
     assert!(wrong.starts_with(b"-WRONGTYPE"), "{wrong:?}");
 }
 
-/// Thousands of hostile `TOLLGATE.SYNC` calls (any words, and calls of
-/// its shape: four words a key, then the grace) each answer an error or an
-/// array, and the server lives; a key whose state is not a state, or that
-/// is not a hash, is that key's error element, and the others are synced.
-#[test]
-fn hostile_sync_calls_answer_an_error_or_an_array_and_the_server_lives() {
+/// A Redis server with the module, where `g` is a hash whose field `f`
+/// is not a state and `s` is not a hash.
+fn module_with_a_bad_state_and_a_non_hash() -> RedisServer {
     let server = RedisServer::start_with_module();
     call(
         server.port(),
@@ -311,7 +308,13 @@ fn hostile_sync_calls_answer_an_error_or_an_array_and_the_server_lives() {
         server.port(),
         &[b"SET".to_vec(), b"s".to_vec(), b"v".to_vec()],
     );
-    let usage = prop_oneof![
+    server
+}
+
+/// A key's usage words in a sync call: well formed, malformed, at and past
+/// the numbers' limits, or any word.
+fn usage_words() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
         Just(b"".to_vec()),
         Just(b"1000 1".to_vec()),
         Just(b"1000 1 2000 3".to_vec()),
@@ -321,7 +324,17 @@ fn hostile_sync_calls_answer_an_error_or_an_array_and_the_server_lives() {
         Just(b"18446744073709551615 18446744073709551615".to_vec()),
         Just(b"99999999999999999999999 1".to_vec()),
         word(),
-    ];
+    ]
+}
+
+/// Thousands of hostile `TOLLGATE.SYNC` calls (any words, and calls of
+/// its shape: four words a key, then the grace) each answer an error or an
+/// array, and the server lives; a key whose state is not a state, or that
+/// is not a hash, is that key's error element, and the others are synced.
+#[test]
+fn hostile_sync_calls_answer_an_error_or_an_array_and_the_server_lives() {
+    let server = module_with_a_bad_state_and_a_non_hash();
+    let usage = usage_words();
     let key = (word(), word(), word(), usage).prop_map(|(k, f, s, u)| vec![k, f, s, u]);
     let shaped = (proptest::collection::vec(key, 0..4), word()).prop_map(|(keys, last)| {
         let mut words: Vec<Vec<u8>> = keys.into_iter().flatten().collect();
@@ -494,30 +507,8 @@ fn a_sync_call_leaves_each_key_as_record_calls_do() {
 /// string, and the others are synced.
 #[test]
 fn hostile_packed_sync_calls_answer_an_error_or_a_string_and_the_server_lives() {
-    let server = RedisServer::start_with_module();
-    call(
-        server.port(),
-        &[
-            b"HSET".to_vec(),
-            b"g".to_vec(),
-            b"f".to_vec(),
-            b"x".to_vec(),
-        ],
-    );
-    call(
-        server.port(),
-        &[b"SET".to_vec(), b"s".to_vec(), b"v".to_vec()],
-    );
-    let usage = prop_oneof![
-        Just(b"".to_vec()),
-        Just(b"1000 1".to_vec()),
-        Just(b"1000 1 2000 3".to_vec()),
-        Just(b"1000 0".to_vec()),
-        Just(b"1000".to_vec()),
-        Just(b"1000 1 ".to_vec()),
-        Just(b"18446744073709551615 18446744073709551615".to_vec()),
-        word(),
-    ];
+    let server = module_with_a_bad_state_and_a_non_hash();
+    let usage = usage_words();
     let key = (word(), usage).prop_map(|(k, u)| vec![k, u]);
     let grace = prop_oneof![Just(b"1000".to_vec()), word()];
     let shaped = (word(), word(), grace, proptest::collection::vec(key, 0..4)).prop_map(
