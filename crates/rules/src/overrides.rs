@@ -21,7 +21,10 @@
 //! per descriptor one hash (the key written on the stack) and one word of
 //! the domain's filter, then a probe of its table only when the filter
 //! says the descriptor may have an override, whatever the number of
-//! overrides (docs/benchmarks.md measures a million).
+//! overrides (docs/benchmarks.md measures a million). A caller with other
+//! work to do first splits it in two: [`OverrideTable::prefetch`] hashes
+//! the keys and asks for the filter's words, [`OverrideTable::finish`]
+//! reads them once that work is done.
 
 use std::collections::BTreeSet;
 use std::hash::BuildHasher;
@@ -132,6 +135,29 @@ impl Found {
     }
 }
 
+/// How many descriptors of a request [`OverrideTable::prefetch`] hashes
+/// ahead (the others are hashed by [`OverrideTable::finish`]).
+const PREFETCHED: usize = 4;
+
+/// What [`OverrideTable::prefetch`] did for a request's first
+/// descriptors: their keys' hashes in their domain's table, as of one
+/// version of the overrides, for [`OverrideTable::finish`].
+#[derive(Debug, Clone, Copy)]
+pub struct Prefetched {
+    version: u64,
+    count: usize,
+    hashes: [u64; PREFETCHED],
+}
+
+impl Prefetched {
+    /// Nothing hashed ahead.
+    pub const NONE: Prefetched = Prefetched {
+        version: 0,
+        count: 0,
+        hashes: [0; PREFETCHED],
+    };
+}
+
 /// No override: what a resolution without overrides borrows.
 pub(crate) static NO_OVERRIDES: Found = Found::EMPTY;
 
@@ -186,6 +212,20 @@ impl Filter {
         let (index, bits) = self.place(hash);
         if let Some(word) = self.words.get_mut(index) {
             *word |= bits;
+        }
+    }
+
+    /// Asks the CPU to fetch the word `hash` reads into its cache, without
+    /// waiting for it: a check reads it after other work (see
+    /// [`OverrideTable::prefetch`]). Nothing on other architectures.
+    #[inline]
+    fn prefetch(&self, hash: u64) {
+        let (index, _) = self.place(hash);
+        if let Some(word) = self.words.get(index) {
+            #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
+            safe_arch::prefetch_t0(word);
+            #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
+            let _ = word;
         }
     }
 
@@ -269,10 +309,16 @@ impl DomainOverrides {
         self.filter = filter;
     }
 
+    /// The hash of the descriptor key `key` in this table.
+    #[inline]
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.by_key.hasher().hash_one(key)
+    }
+
     /// The override of the descriptor whose key is `key`, if any.
     #[inline]
     fn find(&self, key: &[u8]) -> Option<&Arc<OverrideSpec>> {
-        if !self.filter.may_hold(self.by_key.hasher().hash_one(key)) {
+        if !self.filter.may_hold(self.hash(key)) {
             return None;
         }
         self.by_key.get(key)
@@ -436,6 +482,54 @@ impl OverrideTable {
     /// The overrides of a request's descriptors in `domain`. Takes one
     /// atomic load when no domain has an override.
     pub fn find<D: Descriptor>(&self, domain: &str, descriptors: &[D]) -> Found {
+        self.finish(domain, descriptors, &Prefetched::NONE)
+    }
+
+    /// Starts [`find`](Self::find): hashes the first descriptors' keys and
+    /// asks the CPU for the filter's words they will read, without waiting
+    /// for them. With a million overrides those words are seldom in the
+    /// cache, and a check that reads one at once waits for memory (most of
+    /// what the overrides cost a check that has none, docs/benchmarks.md);
+    /// a caller that has other work to do first (the plan the rules files
+    /// give) does it, then calls [`finish`](Self::finish), which reads them
+    /// from the cache. Takes one atomic load when no domain has an
+    /// override.
+    pub fn prefetch<D: Descriptor>(&self, domain: &str, descriptors: &[D]) -> Prefetched {
+        if self.total.load(Ordering::Acquire) == 0 {
+            return Prefetched::NONE;
+        }
+        let domains = self.domains.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(table) = domains.get(domain) else {
+            return Prefetched::NONE;
+        };
+        // Read under the lock: every change bumps it under the write lock,
+        // so an equal version in `finish` means the same table and hasher.
+        let mut ahead = Prefetched {
+            version: self.version.load(Ordering::Acquire),
+            ..Prefetched::NONE
+        };
+        for (slot, descriptor) in ahead.hashes.iter_mut().zip(descriptors) {
+            let probe = ProbeKey::of(descriptor);
+            let Some(key) = probe.get() else {
+                break;
+            };
+            let hash = table.hash(key);
+            table.filter.prefetch(hash);
+            *slot = hash;
+            ahead.count += 1;
+        }
+        ahead
+    }
+
+    /// [`find`](Self::find), with what [`prefetch`](Self::prefetch) hashed
+    /// for these descriptors in `ahead` (ignored when an override was put
+    /// or removed since: then every key is hashed again).
+    pub fn finish<D: Descriptor>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        ahead: &Prefetched,
+    ) -> Found {
         if self.total.load(Ordering::Acquire) == 0 {
             return Found::default();
         }
@@ -443,8 +537,17 @@ impl OverrideTable {
         let Some(table) = domains.get(domain) else {
             return Found::default();
         };
+        let hashed = match ahead.version == self.version.load(Ordering::Acquire) {
+            true => &ahead.hashes[..ahead.count],
+            false => &[],
+        };
         let mut found = Vec::new();
         for (i, descriptor) in descriptors.iter().enumerate() {
+            if let Some(&hash) = hashed.get(i) {
+                if !table.filter.may_hold(hash) {
+                    continue;
+                }
+            }
             let probe = ProbeKey::of(descriptor);
             let spilled;
             let key = match probe.get() {
@@ -824,6 +927,75 @@ mod tests {
         // About 3 % at 8 bits per override; far more would mean the
         // table is probed for nearly every check.
         assert!(maybe < 1_000, "{maybe} of 10,000 may have an override");
+    }
+
+    #[test]
+    fn a_check_read_ahead_finds_what_a_plain_one_finds() {
+        let table = OverrideTable::new();
+        for n in 0..1_000 {
+            table
+                .put("api", &entries(&[("tenant", &format!("t{n}"))]), TIER)
+                .unwrap();
+        }
+        let long = "v".repeat(200);
+        // Six descriptors: more than are hashed ahead, one too long for
+        // the stack probe, overridden and not, in every position.
+        let request = [
+            entries(&[("tenant", "t7")]),
+            entries(&[("tenant", "nobody")]),
+            entries(&[("tenant", "t999")]),
+            entries(&[("tenant", "t0")]),
+            entries(&[("tenant", "also-nobody")]),
+            entries(&[("tenant", long.as_str())]),
+        ];
+        let ahead = table.prefetch("api", &request);
+        assert_eq!(ahead.count, PREFETCHED);
+        let found = table.finish("api", &request, &ahead);
+        let plain = table.find("api", &request);
+        for i in 0..request.len() {
+            assert_eq!(
+                found.rule(i).is_some(),
+                plain.rule(i).is_some(),
+                "descriptor {i}"
+            );
+        }
+        assert_eq!(
+            (0..request.len())
+                .filter(|&i| found.rule(i).is_some())
+                .count(),
+            3
+        );
+        // One too long for the stack probe first: nothing read ahead,
+        // the same found.
+        let reversed: Vec<_> = request.iter().rev().cloned().collect();
+        let ahead = table.prefetch("api", &reversed);
+        assert_eq!(ahead.count, 0);
+        let found = table.finish("api", &reversed, &ahead);
+        assert!(found.rule(1).is_none() && found.rule(2).is_some() && found.rule(5).is_some());
+        // Read ahead in another domain, or in one without overrides.
+        let ahead = table.prefetch("web", &request);
+        assert!(table.finish("web", &request, &ahead).is_empty());
+        assert!(table.finish("api", &request, &ahead).rule(0).is_some());
+    }
+
+    #[test]
+    fn a_check_read_ahead_sees_overrides_changed_before_it_finishes() {
+        let table = OverrideTable::new();
+        table
+            .put("api", &entries(&[("tenant", "old")]), TIER)
+            .unwrap();
+        let request = [entries(&[("tenant", "new")])];
+        let ahead = table.prefetch("api", &request);
+        // The domain's table made anew (new hasher) between the two
+        // halves: the hashes read ahead no longer apply.
+        let errors = table.replace_domain("api", [(entries_key(&request[0]), TIER.to_string())]);
+        assert!(errors.is_empty());
+        assert!(table.finish("api", &request, &ahead).rule(0).is_some());
+        // And one put in place, the same table.
+        let other = [entries(&[("tenant", "newer")])];
+        let ahead = table.prefetch("api", &other);
+        table.put("api", &other[0], TIER).unwrap();
+        assert!(table.finish("api", &other, &ahead).rule(0).is_some());
     }
 
     #[test]

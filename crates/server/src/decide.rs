@@ -25,7 +25,7 @@ use tollgate_core::policy::QuotaPolicy;
 use tollgate_core::time::nanos_to_ms_ceil;
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Store, StoreError};
 use tollgate_rules::check::{denied, limit_name, DescriptorOutcome, Outcome, Plan};
-use tollgate_rules::overrides::Found;
+use tollgate_rules::overrides::{Found, OverrideTable};
 use tollgate_rules::{Rule, RuleSet};
 
 use crate::answer::{Answer, Applied};
@@ -440,6 +440,31 @@ fn resolve<'r>(
         .map_err(|e| ApiError::bad_request("unknown_domain", e.to_string()))
 }
 
+/// No runtime override: what the plan built ahead of them borrows.
+static NO_OVERRIDES: Found = Found::EMPTY;
+
+/// [`resolve`] with `descriptors`' runtime overrides, found into `found`.
+/// The overrides' filter words are fetched ahead
+/// ([`OverrideTable::prefetch`]) and the plan the rules files give is
+/// built while they arrive: it stands when no descriptor has an override
+/// (the common request); otherwise it is built again with them.
+fn resolve_overridden<'r>(
+    rules: &'r RuleSet,
+    overrides: &OverrideTable,
+    found: &'r mut Found,
+    domain: &str,
+    descriptors: &[Vec<(String, String)>],
+    settings: &Settings,
+) -> Result<Plan<'r>, ApiError> {
+    let ahead = overrides.prefetch(domain, descriptors);
+    let from_rules = resolve(rules, &NO_OVERRIDES, domain, descriptors, settings);
+    *found = overrides.finish(domain, descriptors, &ahead);
+    match from_rules {
+        Ok(plan) if found.is_empty() => Ok(plan),
+        _ => resolve(rules, found, domain, descriptors, settings),
+    }
+}
+
 /// A rules-based check; with `charged`, every limit the check counted
 /// `cost` in goes there (for a settle ticket).
 async fn check_rules<S: Store>(
@@ -451,8 +476,15 @@ async fn check_rules<S: Store>(
     charged: Option<&mut Vec<Charged>>,
 ) -> Result<Answer<DecisionBody>, ApiError> {
     let rules = app.rules();
-    let found = app.overrides().find(domain, descriptors);
-    let plan = resolve(&rules, &found, domain, descriptors, app.settings())?;
+    let mut found = Found::EMPTY;
+    let plan = resolve_overridden(
+        &rules,
+        app.overrides(),
+        &mut found,
+        domain,
+        descriptors,
+        app.settings(),
+    )?;
     let outcome = store(app, plan.check(app.store(), at, cost).await)?;
     if let Some(charged) = charged {
         charged_limits(&outcome, charged);
