@@ -5,14 +5,13 @@
 use std::cell::RefCell;
 
 use axum::body::{Body, Bytes};
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use tollgate_core::{Decision, Limit};
 
 use crate::decide::with_inline_applied;
-use crate::headers::{add_rate_limit_headers, AppliedLimit};
+use crate::headers::{answer_headers, AppliedLimit};
 use crate::wire::DecisionBody;
 
 /// A decision, ready to be answered.
@@ -86,10 +85,6 @@ impl AnswerBody for DecisionBody {
     }
 }
 
-/// `content-type`, the two IETF headers, the three `X-RateLimit-*`,
-/// `Retry-After` and `X-RateLimit-Degraded`: the most an answer carries.
-const MOST_HEADERS: usize = 8;
-
 impl<B: AnswerBody> IntoResponse for Answer<B> {
     fn into_response(self) -> Response {
         let json = match self.body.to_json() {
@@ -104,32 +99,23 @@ impl<B: AnswerBody> IntoResponse for Answer<B> {
         } else {
             StatusCode::OK
         };
+        let length = json.len() as u64;
+        let top = self.top.as_ref();
+        let headers = match (&self.applied, top) {
+            (Applied::Inline(limit), Some(decision)) if self.headers => {
+                with_inline_applied(limit, *decision, |applied| {
+                    answer_headers(std::slice::from_ref(applied), top, self.rejected, length)
+                })
+            }
+            (Applied::Limits(applied), _) if self.headers => {
+                answer_headers(applied, top, self.rejected, length)
+            }
+            // Without the rate-limit headers; an inline answer always has
+            // its decision.
+            _ => answer_headers(&[], None, false, length),
+        };
         let mut response = Response::new(Body::from(json));
         *response.status_mut() = status;
-        // Sized once for every header the answer may carry, rather than
-        // grown as they are added.
-        let mut headers = HeaderMap::with_capacity(MOST_HEADERS);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if self.headers {
-            let top = self.top.as_ref();
-            match (&self.applied, top) {
-                (Applied::Inline(limit), Some(decision)) => {
-                    with_inline_applied(limit, *decision, |applied| {
-                        add_rate_limit_headers(
-                            &mut headers,
-                            std::slice::from_ref(applied),
-                            top,
-                            self.rejected,
-                        );
-                    });
-                }
-                (Applied::Limits(applied), _) => {
-                    add_rate_limit_headers(&mut headers, applied, top, self.rejected);
-                }
-                // Never: an inline answer has its decision.
-                (Applied::Inline(_), None) => {}
-            }
-        }
         *response.headers_mut() = headers;
         response
     }

@@ -84,6 +84,11 @@ struct Writer {
     policies: Vec<Policy>,
     /// The entry of `policies` to replace next, once it is full.
     next: usize,
+    /// The `content-length` of the last answers ([`answer_headers`]).
+    length: KeptNumber,
+    /// A map of each [`Shape`]'s names, its values blank, made on first
+    /// use: an answer's map is a copy with its values put in place.
+    templates: [Option<HeaderMap>; Shape::COUNT],
 }
 
 /// A `RateLimit-Policy` value and what it was written from.
@@ -100,9 +105,14 @@ struct Policy {
     remaining: KeptNumber,
     /// `X-RateLimit-Reset` of the last answers with these limits.
     reset: KeptNumber,
+    /// `Retry-After` of the last answers with these limits.
+    retry_after: KeptNumber,
     /// `RateLimit` of the last answers with these limits, when they are
     /// one limit: its remaining quota and seconds to reset.
     rate_limit: Kept<(u64, u64)>,
+    /// The map of the last answers ([`answer_headers`]) with these limits,
+    /// when they are one limit.
+    answer: KeptAnswer,
 }
 
 /// A number that the same header of one list of limits repeats from
@@ -179,6 +189,11 @@ impl Writer {
             buf: None,
             policies: Vec::new(),
             next: 0,
+            length: Kept {
+                last: None,
+                value: None,
+            },
+            templates: [const { None }; Shape::COUNT],
         }
     }
 
@@ -220,11 +235,26 @@ impl Writer {
         rejected: bool,
     ) {
         let p = self.policy(applied);
-        headers.insert(RATELIMIT_POLICY, self.policies[p].value.clone());
+        self.write(p, applied, top, rejected, |name, value| {
+            insert(headers, name, value);
+        });
+    }
+
+    /// Hands `put` each header for `applied`, whose policy is
+    /// `policies[p]`, name and value, in the order they are sent.
+    fn write(
+        &mut self,
+        p: usize,
+        applied: &[AppliedLimit<'_>],
+        top: Option<&Decision>,
+        rejected: bool,
+        mut put: impl FnMut(HeaderName, Result<HeaderValue, InvalidHeaderValue>),
+    ) {
         self.block(applied);
         let (Some(buf), Some(policy)) = (self.buf.as_mut(), self.policies.get_mut(p)) else {
             return;
         };
+        put(RATELIMIT_POLICY, Ok(policy.value.clone()));
         let rate_limit = match applied {
             // One limit: its value repeats while its remaining quota and
             // reset do.
@@ -240,31 +270,261 @@ impl Writer {
             }
             _ => rate_limit_value(buf, &policy.value, &policy.names, applied),
         };
-        insert(headers, RATELIMIT, rate_limit);
+        put(RATELIMIT, rate_limit);
         if applied.iter().any(|a| a.decision.degraded) {
-            headers.insert(X_RATELIMIT_DEGRADED, HeaderValue::from_static("1"));
+            put(X_RATELIMIT_DEGRADED, Ok(HeaderValue::from_static("1")));
         }
         if let Some(top) = top {
-            insert(
-                headers,
-                X_RATELIMIT_LIMIT,
-                policy.limit.number(buf, top.limit),
-            );
-            insert(
-                headers,
+            put(X_RATELIMIT_LIMIT, policy.limit.number(buf, top.limit));
+            put(
                 X_RATELIMIT_REMAINING,
                 policy.remaining.number(buf, top.remaining),
             );
             let reset = duration_to_secs_ceil(top.reset_after);
-            insert(headers, X_RATELIMIT_RESET, policy.reset.number(buf, reset));
+            put(X_RATELIMIT_RESET, policy.reset.number(buf, reset));
             if rejected {
-                insert(
-                    headers,
+                let retry_after = retry_after_secs(top.retry_after);
+                put(
                     http::header::RETRY_AFTER,
-                    number(buf, retry_after_secs(top.retry_after)),
+                    policy.retry_after.number(buf, retry_after),
                 );
             }
         }
+    }
+
+    /// [`answer_headers`]. An answer of one limit that repeats the last
+    /// one of its limit is a copy of that answer's map, kept once two
+    /// answers in a row were the same; any other is [`Writer::fill`]ed.
+    fn answer(
+        &mut self,
+        applied: &[AppliedLimit<'_>],
+        top: Option<&Decision>,
+        rejected: bool,
+        content_length: u64,
+    ) -> HeaderMap {
+        let shape = Shape::of(applied, top, rejected);
+        let [one] = applied else {
+            let p = (!applied.is_empty()).then(|| self.policy(applied));
+            return self
+                .fill(shape, p, applied, top, rejected, content_length)
+                .0;
+        };
+        let p = self.policy(applied);
+        let key = AnswerKey::of(shape, one, top, rejected, content_length);
+        if let Some(kept) = self
+            .policies
+            .get(p)
+            .and_then(|policy| policy.answer.kept(&key))
+        {
+            return kept;
+        }
+        let (headers, whole) = self.fill(shape, Some(p), applied, top, rejected, content_length);
+        if let Some(policy) = self.policies.get_mut(p) {
+            policy.answer.saw(key, whole.then_some(&headers));
+        }
+        headers
+    }
+
+    /// A copy of the thread's map of `shape`'s names, its values put in
+    /// place; and whether every value was (they always are: each is digits
+    /// or quoted names; one that failed is left out, as
+    /// [`add_rate_limit_headers`] leaves it out).
+    fn fill(
+        &mut self,
+        shape: Shape,
+        p: Option<usize>,
+        applied: &[AppliedLimit<'_>],
+        top: Option<&Decision>,
+        rejected: bool,
+        content_length: u64,
+    ) -> (HeaderMap, bool) {
+        let mut headers = self.templates[shape.0]
+            .get_or_insert_with(|| shape.template())
+            .clone();
+        // Bit `i`: the `i`th header's value failed, and is left out.
+        let mut failed = 0u16;
+        let mut slots = headers.values_mut();
+        let mut i = 0;
+        let mut fill = |value: Result<HeaderValue, InvalidHeaderValue>| {
+            match (slots.next(), value) {
+                (Some(slot), Ok(value)) => *slot = value,
+                _ => failed |= 1 << i,
+            }
+            i += 1;
+        };
+        fill(Ok(HeaderValue::from_static(JSON)));
+        if let Some(p) = p {
+            self.write(p, applied, top, rejected, |_, value| fill(value));
+        }
+        let buf = self.buf.get_or_insert_with(BytesMut::new);
+        if buf.capacity() < 24 {
+            buf.reserve(BLOCK);
+        }
+        fill(self.length.number(buf, content_length));
+        if failed == 0 {
+            return (headers, true);
+        }
+        let mut kept = HeaderMap::with_capacity(Shape::MOST);
+        for (i, (name, value)) in headers.into_iter().enumerate() {
+            if let (Some(name), false) = (name, failed & (1 << i) != 0) {
+                kept.append(name, value);
+            }
+        }
+        (kept, false)
+    }
+}
+
+/// The `content-type` of [`answer_headers`].
+const JSON: &str = "application/json";
+
+/// What an answer's map of one limit is made from: two answers with the
+/// same have the same headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AnswerKey {
+    shape: Shape,
+    /// The limit's remaining quota and seconds to reset (`RateLimit`).
+    remaining: u64,
+    reset: u64,
+    /// The most constrained decision's limit, remaining quota, seconds to
+    /// reset and seconds to retry after (the trio and `Retry-After`), as
+    /// far as the shape has them.
+    top: [u64; 4],
+    length: u64,
+}
+
+impl AnswerKey {
+    fn of(
+        shape: Shape,
+        one: &AppliedLimit<'_>,
+        top: Option<&Decision>,
+        rejected: bool,
+        length: u64,
+    ) -> AnswerKey {
+        let top = top.map_or([0; 4], |top| {
+            [
+                top.limit,
+                top.remaining,
+                duration_to_secs_ceil(top.reset_after),
+                if rejected {
+                    retry_after_secs(top.retry_after)
+                } else {
+                    0
+                },
+            ]
+        });
+        AnswerKey {
+            shape,
+            remaining: one.decision.remaining,
+            reset: duration_to_secs_ceil(one.decision.reset_after),
+            top,
+            length,
+        }
+    }
+}
+
+/// The map of the last answers of one limit, kept once two answers in a
+/// row were made from the same [`AnswerKey`].
+#[derive(Default)]
+struct KeptAnswer {
+    last: Option<AnswerKey>,
+    /// The map of `last`, once it came twice. Its values are those the
+    /// [`Kept`] values of its limit kept by then: bytes of their own, not
+    /// a thread's block.
+    map: Option<HeaderMap>,
+}
+
+impl KeptAnswer {
+    /// A copy of the kept map, if it was made from `key`.
+    fn kept(&self, key: &AnswerKey) -> Option<HeaderMap> {
+        if self.last.as_ref() == Some(key) {
+            self.map.clone()
+        } else {
+            None
+        }
+    }
+
+    /// Notes an answer made from `key` (its map, when whole): kept if
+    /// `key` came twice in a row.
+    fn saw(&mut self, key: AnswerKey, map: Option<&HeaderMap>) {
+        if self.last == Some(key) {
+            self.map = map.cloned();
+        } else {
+            self.last = Some(key);
+            self.map = None;
+        }
+    }
+}
+
+/// The names of an answer's headers ([`answer_headers`]), as bits: which
+/// of the headers that an answer may leave out it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape(usize);
+
+impl Shape {
+    /// The rate-limit headers.
+    const RATE_LIMIT: usize = 1;
+    /// `X-RateLimit-Degraded`.
+    const DEGRADED: usize = 2;
+    /// The `X-RateLimit-*` trio.
+    const TOP: usize = 4;
+    /// `Retry-After`.
+    const RETRY_AFTER: usize = 8;
+    /// Shapes there are room for.
+    const COUNT: usize = 16;
+    /// The most headers of a shape: `content-type`, the two IETF headers,
+    /// `X-RateLimit-Degraded`, the trio, `Retry-After` and
+    /// `content-length`.
+    const MOST: usize = 9;
+
+    /// The names [`Writer::write`] gives for these arguments.
+    fn of(applied: &[AppliedLimit<'_>], top: Option<&Decision>, rejected: bool) -> Shape {
+        if applied.is_empty() {
+            return Shape(0);
+        }
+        let mut bits = Shape::RATE_LIMIT;
+        if applied.iter().any(|a| a.decision.degraded) {
+            bits |= Shape::DEGRADED;
+        }
+        if top.is_some() {
+            bits |= Shape::TOP;
+            if rejected {
+                bits |= Shape::RETRY_AFTER;
+            }
+        }
+        Shape(bits)
+    }
+
+    fn has(self, bit: usize) -> bool {
+        self.0 & bit != 0
+    }
+
+    /// The names of this shape, in the order they are sent.
+    fn names(self) -> impl Iterator<Item = HeaderName> {
+        use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+        let rate = self.has(Shape::RATE_LIMIT);
+        let top = rate && self.has(Shape::TOP);
+        [
+            (true, CONTENT_TYPE),
+            (rate, RATELIMIT_POLICY),
+            (rate, RATELIMIT),
+            (rate && self.has(Shape::DEGRADED), X_RATELIMIT_DEGRADED),
+            (top, X_RATELIMIT_LIMIT),
+            (top, X_RATELIMIT_REMAINING),
+            (top, X_RATELIMIT_RESET),
+            (top && self.has(Shape::RETRY_AFTER), RETRY_AFTER),
+            (true, CONTENT_LENGTH),
+        ]
+        .into_iter()
+        .filter_map(|(has, name)| has.then_some(name))
+    }
+
+    /// A map of this shape's names, each with a blank value.
+    fn template(self) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(Shape::MOST);
+        for name in self.names() {
+            map.insert(name, HeaderValue::from_static(""));
+        }
+        map
     }
 }
 
@@ -343,7 +603,9 @@ fn write_policy(applied: &[AppliedLimit<'_>]) -> Policy {
         limit: KeptNumber::default(),
         remaining: KeptNumber::default(),
         reset: KeptNumber::default(),
+        retry_after: KeptNumber::default(),
         rate_limit: Kept::default(),
+        answer: KeptAnswer::default(),
     }
 }
 
@@ -351,6 +613,28 @@ fn write_policy(applied: &[AppliedLimit<'_>]) -> Policy {
 fn push_param(out: &mut BytesMut, key: &[u8], value: u64) {
     out.extend_from_slice(key);
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+/// The headers of a JSON answer made here, as a map of its own:
+/// `content-type: application/json`, the headers of
+/// [`add_rate_limit_headers`] and `content-length`, in that order (the
+/// order axum gave them when it added `content-length` itself).
+///
+/// The map is a copy of one the thread keeps with the same names, its
+/// values put in place, rather than each name hashed and inserted; an
+/// answer of one limit that repeats the one before it with that limit is
+/// a copy of that answer's map.
+pub fn answer_headers(
+    applied: &[AppliedLimit<'_>],
+    top: Option<&Decision>,
+    rejected: bool,
+    content_length: u64,
+) -> HeaderMap {
+    WRITER.with(|writer| match writer.try_borrow_mut() {
+        Ok(mut writer) => writer.answer(applied, top, rejected, content_length),
+        // Never: nothing in `answer` comes back here.
+        Err(_) => Writer::new().answer(applied, top, rejected, content_length),
+    })
 }
 
 /// The headers of [`add_rate_limit_headers`] as a map of their own.
@@ -531,6 +815,72 @@ mod tests {
                 h[&RATELIMIT],
                 format!("\"kept-remaining\";r={remaining};t={reset}, \"other\";r=3;t=1")
             );
+        }
+    }
+
+    /// `content-type`, [`add_rate_limit_headers`] and `content-length`
+    /// inserted one by one, as answers were made before
+    /// [`answer_headers`].
+    fn inserted(
+        applied: &[AppliedLimit<'_>],
+        top: Option<&Decision>,
+        rejected: bool,
+        length: u64,
+    ) -> Vec<(HeaderName, HeaderValue)> {
+        let mut headers = HeaderMap::new();
+        let json = HeaderValue::from_static("application/json");
+        headers.insert(http::header::CONTENT_TYPE, json);
+        add_rate_limit_headers(&mut headers, applied, top, rejected);
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        in_order(&headers)
+    }
+
+    fn in_order(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+        let pairs: Vec<_> = headers
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        assert_eq!(pairs.len(), headers.len(), "one value per name");
+        pairs
+    }
+
+    #[test]
+    fn an_answers_map_is_the_headers_inserted_one_by_one_in_their_order() {
+        let degraded = {
+            let mut one = applied("degraded", "5/s", 4, 200);
+            one.decision.degraded = true;
+            one
+        };
+        let lists = [
+            vec![],
+            vec![applied("one", "10/s", 9, 100)],
+            vec![applied("one", "10/s", 0, 900)],
+            vec![
+                applied("one", "10/s", 9, 100),
+                applied("two", "100/m", 50, 3000),
+            ],
+            vec![degraded.clone()],
+            vec![applied("one", "10/s", 9, 100), degraded],
+        ];
+        // Each case thrice: the values written, then kept, then shared.
+        for round in 0..3 {
+            for applied in &lists {
+                for (top, rejected) in [(None, false), (Some(0), false), (Some(0), true)] {
+                    let top = top.and_then(|i| applied.get(i)).map(|a| {
+                        let mut top = a.decision;
+                        top.retry_after = Duration::from_millis(1500);
+                        top
+                    });
+                    for length in [0, 102, 102, 102, 99_999] {
+                        let made = answer_headers(applied, top.as_ref(), rejected, length);
+                        assert_eq!(
+                            in_order(&made),
+                            inserted(applied, top.as_ref(), rejected, length),
+                            "round {round}, {applied:?}, top {top:?}, rejected {rejected}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -160,3 +160,111 @@ fn refuse_field(field: &str, given: bool, belongs_to: &str) -> Result<(), ApiErr
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use serde_json::{json, Value};
+    use tollgate_core::time::{Clock, ManualClock};
+    use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+    use tollgate_rules::RuleSet;
+    use tower::ServiceExt;
+
+    use crate::app::router;
+    use crate::settings::Settings;
+
+    use super::*;
+
+    const RULES: &str = "\
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {name: per-user, unit: second, requests_per_unit: 1}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 5}
+";
+
+    fn app_of(headers: bool) -> App<LocalStore> {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000_000_000_000));
+        let store = LocalStore::new(MemoryStore::new(MemoryConfig::default()), clock);
+        let rules = RuleSet::from_yaml(RULES, "rules.yaml").unwrap();
+        let settings = Settings {
+            headers,
+            ..Settings::default()
+        };
+        App::new(store, rules, None, settings)
+    }
+
+    /// The status, the headers' names in the order they are sent, and
+    /// whether `content-length` is the body's.
+    async fn check(app: &App<LocalStore>, body: &Value) -> (StatusCode, Vec<String>) {
+        let request = Request::post("/v1/check")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = router(app.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let names = response
+            .headers()
+            .iter()
+            .map(|(name, _)| name.as_str().to_owned())
+            .collect();
+        let length = response.headers()["content-length"].clone();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(length, bytes.len().to_string().as_str());
+        (status, names)
+    }
+
+    #[tokio::test]
+    async fn answers_carry_their_headers_in_the_order_they_always_had() {
+        let trio = [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ];
+        let rate_limit = ["ratelimit-policy", "ratelimit"];
+        let admitted: Vec<&str> = ["content-type"]
+            .into_iter()
+            .chain(rate_limit)
+            .chain(trio)
+            .chain(["content-length"])
+            .collect();
+        let rejected: Vec<&str> = ["content-type"]
+            .into_iter()
+            .chain(rate_limit)
+            .chain(trio)
+            .chain(["retry-after", "content-length"])
+            .collect();
+        let inline = json!({"key": "k", "limit": {"algorithm": "gcra", "rate": "1/s"}});
+        let rules = json!({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": "u"}]},
+            {"entries": [{"key": "tenant", "value": "t"}]},
+        ]});
+        let unmatched = json!({"domain": "api", "descriptors": [
+            {"entries": [{"key": "nothing"}]},
+        ]});
+        let app = app_of(true);
+        for body in [&inline, &rules] {
+            for (status, names) in [
+                (StatusCode::OK, &admitted),
+                (StatusCode::TOO_MANY_REQUESTS, &rejected),
+            ] {
+                let (answered, sent) = check(&app, body).await;
+                assert_eq!(answered, status, "{body}");
+                assert_eq!(&sent, names, "{body}");
+            }
+        }
+        let plain = vec!["content-type", "content-length"];
+        let (answered, sent) = check(&app, &unmatched).await;
+        assert_eq!(answered, StatusCode::OK);
+        assert_eq!(sent, plain);
+        let without = app_of(false);
+        for body in [&inline, &inline, &rules] {
+            let (_, sent) = check(&without, body).await;
+            assert_eq!(sent, plain, "{body}");
+        }
+    }
+}
