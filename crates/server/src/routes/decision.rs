@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tollgate_core::{Moment, Store};
 
@@ -17,13 +18,16 @@ use crate::target::{cost, moment, Target};
 use crate::tickets::TicketId;
 use crate::wire::{DecisionBody, ReleasedBody, SettleBody, SettleRequest};
 
-/// `POST /v1/check`.
-pub(crate) async fn check<S: Store>(
-    State(app): State<App<S>>,
-    body: Body,
-) -> Result<Answer<DecisionBody>, ApiError> {
+/// `POST /v1/check`. Answers with the response itself, made here as
+/// soon as the decision is: the answer is not handed up through the
+/// router's futures first (it is larger than the response).
+pub(crate) async fn check<S: Store>(State(app): State<App<S>>, body: Body) -> Response {
     let limit = app.settings().max_body_bytes;
-    let check = CheckRequest::of(&app, read_body(body, limit).await?)?;
+    let read = read_body(body, limit).await;
+    let check = match read.and_then(|bytes| CheckRequest::of(&app, bytes)) {
+        Ok(check) => check,
+        Err(error) => return error.into_response(),
+    };
     let answer = if check.settle {
         // Boxed: its future holds a ticket's place and the rules path
         // besides, and the common check's future (boxed by the router
@@ -40,7 +44,7 @@ pub(crate) async fn check<S: Store>(
     };
     app.metrics()
         .observe_latency("check", check.started.elapsed());
-    answer
+    answer.into_response()
 }
 
 /// What `/v1/check` decides, read from its body: the body and the decoded
