@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -154,49 +155,90 @@ where
 /// drops it when, shut down gracefully, it still moves no byte for another
 /// `idle_timeout` (a client that never finished an HTTP/2 handshake, or
 /// never reads its answer).
+///
+/// The connection's task is woken several times per request (the client's
+/// bytes, the upstream's, hyper's own channels), and each wake-up polls
+/// this future. The idle timer and the shutdown signal are polled only
+/// when they may have something to say — the timer has fired, the signal
+/// has changed, or the task's waker is not the one they hold — rather than
+/// on every wake-up: a `select!` over the three polled all of them each
+/// time, which cost about 2,000 instructions per proxied request (the
+/// timer's state and the signal's lock; docs/benchmarks.md, "Gateway").
 async fn drive<C>(
     connection: C,
     activity: &Activity,
     idle_timeout: Duration,
-    mut stopping: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
 ) -> Result<(), BoxError>
 where
     C: GracefulConnection<Error = BoxError>,
 {
     let mut connection = pin!(connection);
+    // Read without waiting: whether the signal changed since the
+    // connection started (or its sender is gone).
+    let signal = stopping.clone();
+    let mut stopping = stopping;
+    // An error: the server is gone; stop as well.
+    let mut stopped = pin!(async move {
+        let _ = stopping.wait_for(|&s| s).await;
+    });
+    let mut idle = pin!(tokio::time::sleep_until(activity.last() + idle_timeout));
+    // The waker the signal and the timer were last polled with, and so
+    // will wake.
+    let mut stop_waker: Option<Waker> = None;
+    let mut idle_waker: Option<Waker> = None;
     // Since when the connection is being shut down gracefully.
     let mut closing: Option<Instant> = None;
-    loop {
+    std::future::poll_fn(move |cx| loop {
+        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
+            return Poll::Ready(served);
+        }
+        if closing.is_none()
+            && (!holds(stop_waker.as_ref(), cx) || signal.has_changed().unwrap_or(true))
+        {
+            if stopped.as_mut().poll(cx).is_ready() {
+                connection.as_mut().graceful_shutdown();
+                let now = Instant::now();
+                closing = Some(now);
+                idle.as_mut().reset(activity.last().max(now) + idle_timeout);
+                idle_waker = None;
+                continue;
+            }
+            stop_waker = Some(cx.waker().clone());
+        }
+        if holds(idle_waker.as_ref(), cx) && !idle.is_elapsed() {
+            return Poll::Pending;
+        }
+        if idle.as_mut().poll(cx).is_pending() {
+            idle_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
         let quiet_since = match closing {
             Some(since) => activity.last().max(since),
             None => activity.last(),
         };
-        let idle_at = quiet_since + idle_timeout;
-        tokio::select! {
-            served = connection.as_mut() => return served,
-            // An error: the server is gone; stop as well.
-            _ = stopping.wait_for(|&s| s), if closing.is_none() => {
-                connection.as_mut().graceful_shutdown();
-                closing = Some(Instant::now());
-            }
-            () = tokio::time::sleep_until(idle_at) => {
-                let quiet_since = match closing {
-                    Some(since) => activity.last().max(since),
-                    None => activity.last(),
-                };
-                if quiet_since + idle_timeout > Instant::now() {
-                    continue;
-                }
-                if closing.is_some() {
-                    tracing::debug!("dropping a connection that stayed idle after a shutdown");
-                    return Ok(());
-                }
-                tracing::debug!("closing a connection idle for {idle_timeout:?}");
-                connection.as_mut().graceful_shutdown();
-                closing = Some(Instant::now());
-            }
+        let now = Instant::now();
+        // A timer that fired holds no waker: polled again below.
+        idle_waker = None;
+        if quiet_since + idle_timeout > now {
+            idle.as_mut().reset(quiet_since + idle_timeout);
+            continue;
         }
-    }
+        if closing.is_some() {
+            tracing::debug!("dropping a connection that stayed idle after a shutdown");
+            return Poll::Ready(Ok(()));
+        }
+        tracing::debug!("closing a connection idle for {idle_timeout:?}");
+        connection.as_mut().graceful_shutdown();
+        closing = Some(now);
+        idle.as_mut().reset(now + idle_timeout);
+    })
+    .await
+}
+
+/// Whether what was polled last with `held` wakes this task's waker.
+fn holds(held: Option<&Waker>, cx: &Context<'_>) -> bool {
+    held.is_some_and(|w| w.will_wake(cx.waker()))
 }
 
 /// An open connection's place under the cap, held by its stream: the
@@ -376,6 +418,40 @@ mod tests {
         let mut body = vec![0u8; length];
         stream.read_exact(&mut body).await.unwrap();
         head + std::str::from_utf8(&body).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_closes_idle_keep_alive_connections_and_returns() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let service = tower::service_fn(|_: Request<TimedBody<Incoming>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(serve(
+            listener,
+            ConnectionSettings::default(),
+            Protocols::Http1And2,
+            Arc::new(Counts::default()),
+            move |_| (service, std::future::pending()),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        // Served once, then idle on a keep-alive connection whose task has
+        // been woken (and its timers and signal polled) several times.
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        for _ in 0..3 {
+            let answer = exchange(&mut stream, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        let started = tokio::time::Instant::now();
+        stop.send(()).unwrap();
+        assert!(until_closed(&mut stream).await.is_empty());
+        // By the shutdown, not by the idle timeout.
+        assert!(started.elapsed() < crate::DEFAULT_IDLE_TIMEOUT);
+        let returned = tokio::time::timeout(Duration::from_secs(10), served).await;
+        assert!(matches!(returned, Ok(Ok(Ok(())))), "{returned:?}");
     }
 
     #[tokio::test]
