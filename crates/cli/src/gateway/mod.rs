@@ -58,12 +58,35 @@ pub fn run(args: &GatewayArgs) -> Result<()> {
     // start with a setting to fix.
     let proxy = Proxy::new(config.upstream.clone(), settings)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tollgate")
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = runtime(available_cpus()).context("starting the async runtime")?;
     runtime.block_on(serve(config, proxy, rules))
+}
+
+/// The CPUs this process may run on (its affinity, a container's quota),
+/// as tokio counts them to size its multi-thread runtime.
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// The runtime the gateway serves on, for a process that may use `cpus`
+/// CPUs: with one, tokio's current-thread runtime, every task on the
+/// calling thread; with more, the multi-thread runtime, a worker per CPU.
+///
+/// A multi-thread runtime on one CPU has one worker, so nothing to steal
+/// work for, but it still pays for stealing: each task poll goes through
+/// its run queues and the statistics that tune how often it looks at the
+/// global queue (clock reads and a `pow` per batch of polls). Measured
+/// under callgrind, the bare proxy of the gateway benchmark took about
+/// 1,800 instructions more per request on a one-worker multi-thread
+/// runtime than on the current-thread one (docs/benchmarks.md,
+/// "Gateway").
+fn runtime(cpus: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if cpus <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    builder.enable_all().thread_name("tollgate").build()
 }
 
 /// Builds the store and its housekeeping, then serves.
@@ -286,4 +309,19 @@ async fn serve_on<S: Store>(
 /// Completes once `stopped` turns true.
 async fn until_stopped(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|&s| s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::runtime::RuntimeFlavor;
+
+    use super::*;
+
+    #[test]
+    fn one_cpu_gets_the_current_thread_runtime_and_more_the_multi_thread_one() {
+        let flavor = |cpus| runtime(cpus).unwrap().handle().runtime_flavor();
+        assert_eq!(flavor(1), RuntimeFlavor::CurrentThread);
+        assert_eq!(flavor(2), RuntimeFlavor::MultiThread);
+        assert_eq!(flavor(8), RuntimeFlavor::MultiThread);
+    }
 }
