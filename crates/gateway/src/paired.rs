@@ -17,7 +17,7 @@
 //! next request makes a new one).
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -162,15 +162,32 @@ impl<B> UpstreamTimer<B> {
     }
 
     /// `future`'s output, or `None` when the deadline passes first.
+    ///
+    /// The timer is polled only when it has fired or the task's waker is
+    /// not the one it holds, not each time `future` is: the request's
+    /// future is polled a few times per request (sent, answered), and a
+    /// timer's poll costs more than the check.
     pub(crate) async fn within<F: Future>(&mut self, future: F) -> Option<F::Output> {
         let Some(timer) = self.timer.as_mut() else {
             return Some(future.await);
         };
-        tokio::select! {
-            biased;
-            output = future => Some(output),
-            () = timer.as_mut() => None,
-        }
+        let mut future = pin!(future);
+        // The waker the timer was last polled with, and so will wake.
+        let mut held: Option<Waker> = None;
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(output) = future.as_mut().poll(cx) {
+                return Poll::Ready(Some(output));
+            }
+            if held.as_ref().is_some_and(|w| w.will_wake(cx.waker())) && !timer.is_elapsed() {
+                return Poll::Pending;
+            }
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            held = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
     }
 }
 
