@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tollgate_core::Store;
 use tollgate_rules::overrides::Found;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 use crate::body::RateLimitBody;
 use crate::cost::{AtHead, CostOutcome, Settler, TrailersWanted};
@@ -61,7 +61,7 @@ impl<R, E> std::fmt::Debug for ResponseFuture<R, E> {
 /// One request, from decision to response.
 pub(crate) async fn respond<S, St, B, R>(
     shared: Arc<Shared<St>>,
-    inner: S,
+    mut inner: S,
     request: Request<B>,
 ) -> Result<Response<RateLimitBody<R>>, S::Error>
 where
@@ -90,7 +90,8 @@ where
     let ruling = match step {
         Step::Ruled(ruling) => ruling,
         Step::Forward => {
-            let response = inner.oneshot(Request::from_parts(parts, body)).await?;
+            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+            let response = inner.call(Request::from_parts(parts, body)).await?;
             return Ok(response.map(|b| RateLimitBody::inner(b, None, None)));
         }
         Step::Unavailable => return Ok(problem::store_unavailable().map(RateLimitBody::problem)),
@@ -128,7 +129,14 @@ where
     if charge.as_ref().is_some_and(|c| c.cost.at_body_end()) {
         parts.extensions.insert(TrailersWanted);
     }
-    match inner.oneshot(Request::from_parts(parts, body)).await {
+    // Readiness awaited, then the request handed straight to `call`: a
+    // `Oneshot` held the request in its own state first, one more move of
+    // it per request.
+    let answered = match std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
+        Ok(()) => inner.call(Request::from_parts(parts, body)).await,
+        Err(error) => Err(error),
+    };
+    match answered {
         Ok(response) => {
             let (mut head, body) = response.into_parts();
             let mut at_end = None;
