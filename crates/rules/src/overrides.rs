@@ -18,16 +18,15 @@
 //!
 //! A check takes one atomic load when no domain has an override, a lock
 //! read and one lookup of its domain when its own has none, and otherwise
-//! per descriptor one hash (the key written on the stack) and one word of
-//! the domain's filter, then a probe of its table only when the filter
-//! says the descriptor may have an override, whatever the number of
-//! overrides (docs/benchmarks.md measures a million). A caller with other
-//! work to do first splits it in two: [`OverrideTable::prefetch`] hashes
-//! the keys and asks for the filter's words, [`OverrideTable::finish`]
-//! reads them once that work is done.
+//! per descriptor one hash of its entries and one word of the domain's
+//! filter, then a probe of its table only when the filter says the
+//! descriptor may have an override, whatever the number of overrides
+//! (docs/benchmarks.md measures a million). A caller with other work to
+//! do first hands it to [`OverrideTable::find_while`], which asks for the
+//! filter's words, does that work while they arrive, and reads them after.
 
 use std::collections::BTreeSet;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -135,28 +134,9 @@ impl Found {
     }
 }
 
-/// How many descriptors of a request [`OverrideTable::prefetch`] hashes
-/// ahead (the others are hashed by [`OverrideTable::finish`]).
+/// How many descriptors of a request [`OverrideTable::find_while`]
+/// hashes ahead of its work (the others are hashed after it).
 const PREFETCHED: usize = 4;
-
-/// What [`OverrideTable::prefetch`] did for a request's first
-/// descriptors: their keys' hashes in their domain's table, as of one
-/// version of the overrides, for [`OverrideTable::finish`].
-#[derive(Debug, Clone, Copy)]
-pub struct Prefetched {
-    version: u64,
-    count: usize,
-    hashes: [u64; PREFETCHED],
-}
-
-impl Prefetched {
-    /// Nothing hashed ahead.
-    pub const NONE: Prefetched = Prefetched {
-        version: 0,
-        count: 0,
-        hashes: [0; PREFETCHED],
-    };
-}
 
 /// No override: what a resolution without overrides borrows.
 pub(crate) static NO_OVERRIDES: Found = Found::EMPTY;
@@ -279,7 +259,7 @@ impl DomainOverrides {
             if self.by_key.len() > self.filter.capacity() {
                 self.rebuild_filter();
             } else {
-                self.filter.insert(self.by_key.hasher().hash_one(&*key));
+                self.filter.insert(self.key_hash(&key));
             }
             self.ordered.insert(key);
         }
@@ -304,24 +284,67 @@ impl DomainOverrides {
     fn rebuild_filter(&mut self) {
         let mut filter = Filter::sized(self.by_key.len().saturating_mul(2));
         for key in self.by_key.keys() {
-            filter.insert(self.by_key.hasher().hash_one(&**key));
+            filter.insert(self.key_hash(key));
         }
         self.filter = filter;
     }
 
-    /// The hash of the descriptor key `key` in this table.
+    /// The filter's hash of a descriptor: each entry's key and value fed
+    /// to the table's hasher with its length, as they are, so that a check
+    /// hashes a request's descriptor without writing its key
+    /// ([`entries_key`]) first. [`key_hash`](Self::key_hash) gives the
+    /// same for the key an override is kept under.
     #[inline]
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.by_key.hasher().hash_one(key)
+    fn descriptor_hash<D: Descriptor + ?Sized>(&self, descriptor: &D) -> u64 {
+        let mut hasher = self.by_key.hasher().build_hasher();
+        for i in 0..descriptor.len() {
+            let (key, value) = descriptor.entry(i);
+            hash_part(&mut hasher, key.as_bytes());
+            hash_part(&mut hasher, value.as_bytes());
+        }
+        hasher.finish()
     }
 
-    /// The override of the descriptor whose key is `key`, if any.
-    #[inline]
-    fn find(&self, key: &[u8]) -> Option<&Arc<OverrideSpec>> {
-        if !self.filter.may_hold(self.hash(key)) {
-            return None;
+    /// [`descriptor_hash`](Self::descriptor_hash) of the descriptor whose
+    /// key is `key`.
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        let mut hasher = self.by_key.hasher().build_hasher();
+        let mut rest = key;
+        while let Some(part) = split_part(&mut rest) {
+            hash_part(&mut hasher, part);
         }
-        self.by_key.get(key)
+        hasher.finish()
+    }
+
+    /// The overrides of `descriptors`, whose first ones' filter hashes are
+    /// `hashed`.
+    fn find_all<D: Descriptor>(&self, descriptors: &[D], hashed: &[u64]) -> Found {
+        let mut found = Vec::new();
+        for (i, descriptor) in descriptors.iter().enumerate() {
+            let hash = match hashed.get(i) {
+                Some(&hash) => hash,
+                None => self.descriptor_hash(descriptor),
+            };
+            if !self.filter.may_hold(hash) {
+                continue;
+            }
+            let probe = ProbeKey::of(descriptor);
+            let spilled;
+            let key = match probe.get() {
+                Some(key) => key,
+                None => {
+                    spilled = entries_key_of(descriptor);
+                    &spilled
+                }
+            };
+            if let Some(spec) = self.by_key.get(key) {
+                if found.is_empty() {
+                    found.resize(descriptors.len(), None);
+                }
+                found[i] = Some(Arc::clone(spec));
+            }
+        }
+        Found(found)
     }
 
     fn release(&mut self, spec: &OverrideSpec) {
@@ -482,89 +505,43 @@ impl OverrideTable {
     /// The overrides of a request's descriptors in `domain`. Takes one
     /// atomic load when no domain has an override.
     pub fn find<D: Descriptor>(&self, domain: &str, descriptors: &[D]) -> Found {
-        self.finish(domain, descriptors, &Prefetched::NONE)
+        self.find_while(domain, descriptors, || ()).0
     }
 
-    /// Starts [`find`](Self::find): hashes the first descriptors' keys and
-    /// asks the CPU for the filter's words they will read, without waiting
-    /// for them. With a million overrides those words are seldom in the
-    /// cache, and a check that reads one at once waits for memory (most of
-    /// what the overrides cost a check that has none, docs/benchmarks.md);
-    /// a caller that has other work to do first (the plan the rules files
-    /// give) does it, then calls [`finish`](Self::finish), which reads them
-    /// from the cache. Takes one atomic load when no domain has an
-    /// override.
-    pub fn prefetch<D: Descriptor>(&self, domain: &str, descriptors: &[D]) -> Prefetched {
-        if self.total.load(Ordering::Acquire) == 0 {
-            return Prefetched::NONE;
-        }
-        let domains = self.domains.read().unwrap_or_else(PoisonError::into_inner);
-        let Some(table) = domains.get(domain) else {
-            return Prefetched::NONE;
-        };
-        // Read under the lock: every change bumps it under the write lock,
-        // so an equal version in `finish` means the same table and hasher.
-        let mut ahead = Prefetched {
-            version: self.version.load(Ordering::Acquire),
-            ..Prefetched::NONE
-        };
-        for (slot, descriptor) in ahead.hashes.iter_mut().zip(descriptors) {
-            let probe = ProbeKey::of(descriptor);
-            let Some(key) = probe.get() else {
-                break;
-            };
-            let hash = table.hash(key);
-            table.filter.prefetch(hash);
-            *slot = hash;
-            ahead.count += 1;
-        }
-        ahead
-    }
-
-    /// [`find`](Self::find), with what [`prefetch`](Self::prefetch) hashed
-    /// for these descriptors in `ahead` (ignored when an override was put
-    /// or removed since: then every key is hashed again).
-    pub fn finish<D: Descriptor>(
+    /// [`find`](Self::find), with `work` done between asking the CPU for
+    /// the filter's words and reading them. With a million overrides
+    /// those words are seldom in the cache, and a check that reads one at
+    /// once waits for memory (most of what the overrides cost a check that
+    /// has none, docs/benchmarks.md); a caller with other work to do first
+    /// (the plan the rules files give) does it here, and the words are in
+    /// the cache when it is done. Takes one atomic load when no domain has
+    /// an override.
+    ///
+    /// `work` runs under this table's read lock (nothing can change the
+    /// overrides between the two halves), so it must not use this table:
+    /// a writer waiting for the lock would block it for good.
+    pub fn find_while<D: Descriptor, R>(
         &self,
         domain: &str,
         descriptors: &[D],
-        ahead: &Prefetched,
-    ) -> Found {
+        work: impl FnOnce() -> R,
+    ) -> (Found, R) {
         if self.total.load(Ordering::Acquire) == 0 {
-            return Found::default();
+            return (Found::default(), work());
         }
         let domains = self.domains.read().unwrap_or_else(PoisonError::into_inner);
         let Some(table) = domains.get(domain) else {
-            return Found::default();
+            drop(domains);
+            return (Found::default(), work());
         };
-        let hashed = match ahead.version == self.version.load(Ordering::Acquire) {
-            true => &ahead.hashes[..ahead.count],
-            false => &[],
-        };
-        let mut found = Vec::new();
-        for (i, descriptor) in descriptors.iter().enumerate() {
-            if let Some(&hash) = hashed.get(i) {
-                if !table.filter.may_hold(hash) {
-                    continue;
-                }
-            }
-            let probe = ProbeKey::of(descriptor);
-            let spilled;
-            let key = match probe.get() {
-                Some(key) => key,
-                None => {
-                    spilled = entries_key_of(descriptor);
-                    &spilled
-                }
-            };
-            if let Some(spec) = table.find(key) {
-                if found.is_empty() {
-                    found.resize(descriptors.len(), None);
-                }
-                found[i] = Some(Arc::clone(spec));
-            }
+        let mut hashes = [0; PREFETCHED];
+        let ahead = descriptors.len().min(PREFETCHED);
+        for (slot, descriptor) in hashes.iter_mut().zip(descriptors) {
+            *slot = table.descriptor_hash(descriptor);
+            table.filter.prefetch(*slot);
         }
-        Found(found)
+        let done = work();
+        (table.find_all(descriptors, &hashes[..ahead]), done)
     }
 
     /// The override of `domain`'s exact descriptor `entries`, if any.
@@ -801,6 +778,30 @@ pub fn parse_entries(key: &[u8]) -> Option<Vec<(String, String)>> {
     }
 }
 
+/// One `len:bytes` part's bytes off the front of `rest`, unchecked
+/// beyond what it takes to split it (a key in the table was checked when
+/// it was put); `None` at the end or where it does not split.
+fn split_part<'k>(rest: &mut &'k [u8]) -> Option<&'k [u8]> {
+    let colon = rest.iter().position(|&b| b == b':')?;
+    let mut len = 0usize;
+    for &digit in &rest[..colon] {
+        len = len
+            .checked_mul(10)?
+            .checked_add(usize::from(digit.wrapping_sub(b'0')))?;
+    }
+    let part = rest.get(colon + 1..colon.checked_add(1)?.checked_add(len)?)?;
+    *rest = &rest[colon + 1 + len..];
+    Some(part)
+}
+
+/// Feeds one part of a descriptor to the filter's hasher: its length,
+/// then its bytes (so that parts cannot run into each other).
+#[inline]
+fn hash_part(hasher: &mut impl Hasher, part: &[u8]) {
+    hasher.write_usize(part.len());
+    hasher.write(part);
+}
+
 /// One `len:bytes` part of UTF-8 off the front of `rest` (no leading
 /// zeros in `len`).
 fn take_part(rest: &mut &[u8]) -> Option<String> {
@@ -919,10 +920,7 @@ mod tests {
         let api = &domains["api"];
         let maybe = (0..10_000)
             .map(|n| entries_key(&entries(&[("visitor", &format!("v{n}"))])))
-            .filter(|key| {
-                api.filter
-                    .may_hold(api.by_key.hasher().hash_one(key.as_slice()))
-            })
+            .filter(|key| api.filter.may_hold(api.key_hash(key)))
             .count();
         // About 3 % at 8 bits per override; far more would mean the
         // table is probed for nearly every check.
@@ -948,54 +946,69 @@ mod tests {
             entries(&[("tenant", "also-nobody")]),
             entries(&[("tenant", long.as_str())]),
         ];
-        let ahead = table.prefetch("api", &request);
-        assert_eq!(ahead.count, PREFETCHED);
-        let found = table.finish("api", &request, &ahead);
-        let plain = table.find("api", &request);
-        for i in 0..request.len() {
-            assert_eq!(
-                found.rule(i).is_some(),
-                plain.rule(i).is_some(),
-                "descriptor {i}"
-            );
-        }
-        assert_eq!(
-            (0..request.len())
-                .filter(|&i| found.rule(i).is_some())
-                .count(),
-            3
-        );
-        // One too long for the stack probe first: nothing read ahead,
-        // the same found.
+        let expected = [true, false, true, true, false, false];
         let reversed: Vec<_> = request.iter().rev().cloned().collect();
-        let ahead = table.prefetch("api", &reversed);
-        assert_eq!(ahead.count, 0);
-        let found = table.finish("api", &reversed, &ahead);
-        assert!(found.rule(1).is_none() && found.rule(2).is_some() && found.rule(5).is_some());
-        // Read ahead in another domain, or in one without overrides.
-        let ahead = table.prefetch("web", &request);
-        assert!(table.finish("web", &request, &ahead).is_empty());
-        assert!(table.finish("api", &request, &ahead).rule(0).is_some());
+        let expected_reversed: Vec<bool> = expected.iter().rev().copied().collect();
+        for (request, expected) in [
+            (&request[..], &expected[..]),
+            (&reversed, &expected_reversed),
+        ] {
+            let mut runs = 0;
+            let (found, done) = table.find_while("api", request, || {
+                runs += 1;
+                "done"
+            });
+            assert_eq!((runs, done), (1, "done"));
+            let plain = table.find("api", request);
+            for (i, &want) in expected.iter().enumerate() {
+                assert_eq!(found.rule(i).is_some(), want, "descriptor {i}");
+                assert_eq!(plain.rule(i).is_some(), want, "descriptor {i}");
+            }
+        }
+        // In a domain without overrides, and with none at all, the work
+        // is done all the same.
+        let (found, done) = table.find_while("web", &request, || 7);
+        assert!(found.is_empty() && done == 7);
+        let (found, done) = OverrideTable::new().find_while("api", &request, || 8);
+        assert!(found.is_empty() && done == 8);
     }
 
     #[test]
-    fn a_check_read_ahead_sees_overrides_changed_before_it_finishes() {
-        let table = OverrideTable::new();
-        table
-            .put("api", &entries(&[("tenant", "old")]), TIER)
-            .unwrap();
-        let request = [entries(&[("tenant", "new")])];
-        let ahead = table.prefetch("api", &request);
-        // The domain's table made anew (new hasher) between the two
-        // halves: the hashes read ahead no longer apply.
-        let errors = table.replace_domain("api", [(entries_key(&request[0]), TIER.to_string())]);
-        assert!(errors.is_empty());
-        assert!(table.finish("api", &request, &ahead).rule(0).is_some());
-        // And one put in place, the same table.
-        let other = [entries(&[("tenant", "newer")])];
-        let ahead = table.prefetch("api", &other);
-        table.put("api", &other[0], TIER).unwrap();
-        assert!(table.finish("api", &other, &ahead).rule(0).is_some());
+    fn the_filter_hashes_a_descriptor_as_it_hashes_its_key() {
+        let mut table = DomainOverrides::default();
+        let long = "w".repeat(1_000);
+        let shapes: Vec<Vec<(String, String)>> = vec![
+            entries(&[("tenant", "")]),
+            entries(&[("t", "0123456789")]),
+            entries(&[("tenant", "acme"), ("path", "/v1/x:y")]),
+            entries(&[("ключ", "значение"), ("", "1:2")]),
+            entries(&[("a", long.as_str()), ("b", "c"), ("d", "e")]),
+        ];
+        for entries in &shapes {
+            let key = entries_key(entries);
+            assert_eq!(
+                table.descriptor_hash(entries.as_slice()),
+                table.key_hash(&key),
+                "{entries:?}"
+            );
+        }
+        // Parts that would run into each other hash apart.
+        let ab = entries(&[("ab", "c")]);
+        let a_bc = entries(&[("a", "bc")]);
+        assert_ne!(
+            table.descriptor_hash(ab.as_slice()),
+            table.descriptor_hash(a_bc.as_slice())
+        );
+        // And a table made anew hashes with its own seed, kept in step
+        // with its filter.
+        table.put(
+            Arc::from(entries_key(&shapes[2])),
+            Arc::new(OverrideSpec {
+                text: Arc::from(TIER),
+                rule: parse_override("api", TIER, ERROR_LABEL).unwrap(),
+            }),
+        );
+        assert!(table.find_all(&[shapes[2].clone()], &[]).rule(0).is_some());
     }
 
     #[test]

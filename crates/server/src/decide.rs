@@ -444,10 +444,10 @@ fn resolve<'r>(
 static NO_OVERRIDES: Found = Found::EMPTY;
 
 /// [`resolve`] with `descriptors`' runtime overrides, found into `found`.
-/// The overrides' filter words are fetched ahead
-/// ([`OverrideTable::prefetch`]) and the plan the rules files give is
-/// built while they arrive: it stands when no descriptor has an override
-/// (the common request); otherwise it is built again with them.
+/// The plan the rules files give is built while the overrides' filter
+/// words are fetched ([`OverrideTable::find_while`]): it stands when no
+/// descriptor has an override (the common request); otherwise it is
+/// built again with them.
 fn resolve_overridden<'r>(
     rules: &'r RuleSet,
     overrides: &OverrideTable,
@@ -456,9 +456,10 @@ fn resolve_overridden<'r>(
     descriptors: &[Vec<(String, String)>],
     settings: &Settings,
 ) -> Result<Plan<'r>, ApiError> {
-    let ahead = overrides.prefetch(domain, descriptors);
-    let from_rules = resolve(rules, &NO_OVERRIDES, domain, descriptors, settings);
-    *found = overrides.finish(domain, descriptors, &ahead);
+    let from_rules;
+    (*found, from_rules) = overrides.find_while(domain, descriptors, || {
+        resolve(rules, &NO_OVERRIDES, domain, descriptors, settings)
+    });
     match from_rules {
         Ok(plan) if found.is_empty() => Ok(plan),
         _ => resolve(rules, found, domain, descriptors, settings),
