@@ -197,7 +197,7 @@ impl Filter {
 
     /// Asks the CPU to fetch the word `hash` reads into its cache, without
     /// waiting for it: a check reads it after other work (see
-    /// [`OverrideTable::prefetch`]). Nothing on other architectures.
+    /// [`OverrideTable::find_while`]). Nothing on other architectures.
     #[inline]
     fn prefetch(&self, hash: u64) {
         let (index, _) = self.place(hash);
