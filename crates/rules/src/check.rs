@@ -71,16 +71,57 @@ const COUNTER_KEY_CAPACITY: usize = 128;
 /// assert!(!over_limit([]));
 /// ```
 pub fn over_limit(verdicts: impl IntoIterator<Item = (bool, bool)>) -> bool {
-    let (mut ordinary_over, mut quotas, mut quotas_over) = (false, 0usize, 0usize);
+    let mut tally = Verdicts::default();
     for (over, quota) in verdicts {
+        tally.add(over, quota);
+    }
+    tally.over_limit()
+}
+
+/// [`over_limit`] counted as the verdicts come, without keeping them: what
+/// a check that decides its descriptors one by one holds.
+///
+/// ```
+/// use tollgate_rules::check::Verdicts;
+/// let mut verdicts = Verdicts::default();
+/// verdicts.add(true, true);
+/// assert!(verdicts.over_limit() && verdicts.quotas_exhausted());
+/// verdicts.add(false, true);
+/// assert!(!verdicts.over_limit() && !verdicts.quotas_exhausted());
+/// verdicts.add(true, false);
+/// assert!(verdicts.over_limit());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    ordinary_over: bool,
+    quotas: usize,
+    quotas_over: usize,
+}
+
+impl Verdicts {
+    /// One enforced descriptor's verdict: whether it is over, and whether
+    /// it is a quota descriptor.
+    #[inline]
+    pub fn add(&mut self, over: bool, quota: bool) {
         if quota {
-            quotas += 1;
-            quotas_over += usize::from(over);
+            self.quotas += 1;
+            self.quotas_over += usize::from(over);
         } else {
-            ordinary_over |= over;
+            self.ordinary_over |= over;
         }
     }
-    ordinary_over || (quotas > 0 && quotas == quotas_over)
+
+    /// Whether the request is over the limit ([`over_limit`]).
+    #[inline]
+    pub fn over_limit(&self) -> bool {
+        self.ordinary_over || self.quotas_exhausted()
+    }
+
+    /// Whether there are quota descriptors and every one is over.
+    #[inline]
+    pub fn quotas_exhausted(&self) -> bool {
+        self.quotas > 0 && self.quotas == self.quotas_over
+    }
 }
 
 /// One request descriptor's rule and store key.

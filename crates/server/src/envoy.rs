@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Rate, Store};
-use tollgate_rules::check::over_limit;
+use tollgate_rules::check::Verdicts;
 use tollgate_rules::{Descriptor, Metadata, RateLimitUnit, Rule};
 
 use crate::app::App;
@@ -119,7 +119,7 @@ pub struct EnvoyResponse {
     /// Whether to fill `applied`.
     with_headers: bool,
     /// (over, quota) of every descriptor whose rejection is not shadowed.
-    verdicts: Vec<(bool, bool)>,
+    verdicts: Verdicts,
     /// The quota descriptors' decisions, folded into `top` at the end.
     quota_decisions: Vec<Decision>,
 }
@@ -141,7 +141,7 @@ impl EnvoyResponse {
         current_limit: Option<CurrentLimit>,
     ) -> DescriptorStatus {
         if rule_enforced {
-            self.verdicts.push((verdict == Verdict::Rejected, quota));
+            self.verdicts.add(verdict == Verdict::Rejected, quota);
             if quota {
                 self.quota_decisions.push(decision);
             } else {
@@ -213,7 +213,7 @@ pub async fn should_rate_limit<S: Store>(
         top: None,
         passed_metadata: Vec::new(),
         with_headers,
-        verdicts: Vec::with_capacity(request.descriptors.len()),
+        verdicts: Verdicts::default(),
         quota_decisions: Vec::new(),
     };
     let global_quota = app.settings().quota_mode;
@@ -264,7 +264,7 @@ pub async fn should_rate_limit<S: Store>(
         }
         response.statuses.push(status);
     }
-    if over_limit(response.verdicts.iter().copied()) {
+    if response.verdicts.over_limit() {
         response.overall_code = Code::OverLimit;
     }
     // Quota decisions shape the top one with what they admitted, and with
@@ -343,7 +343,7 @@ async fn decide_rule<S: Store>(
     let quota = rule.quota_mode() || global_quota;
     if rule.unlimited() {
         if !rule.shadow_mode() {
-            response.verdicts.push((false, quota));
+            response.verdicts.add(false, quota);
         }
         return Ok(DescriptorStatus {
             code: Code::Ok,

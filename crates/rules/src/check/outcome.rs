@@ -144,7 +144,7 @@ impl<'r> Outcome<'r> {
         let mut top_shadow: Option<Decision> = None;
         let mut shadow_rejected = false;
         // (over, quota) of every rule whose rejection is not shadowed.
-        let mut verdicts: Vec<(bool, bool)> = Vec::new();
+        let mut verdicts = super::Verdicts::default();
         // The quota rules' decisions, kept apart until it is known whether
         // they decide the request.
         let mut quota_decisions: Vec<Decision> = Vec::new();
@@ -158,7 +158,7 @@ impl<'r> Outcome<'r> {
                 let quota = (rule.quota_mode() || global_quota) && !rule.shadow_mode();
                 let decision = if rule.unlimited() {
                     if !rule.shadow_mode() {
-                        verdicts.push((false, quota));
+                        verdicts.add(false, quota);
                     }
                     Decision {
                         allowed: true,
@@ -178,7 +178,7 @@ impl<'r> Outcome<'r> {
                         shadow_rejected |= !decision.allowed;
                         top_shadow = Some(most_constrained(top_shadow, decision));
                     } else {
-                        verdicts.push((!decision.allowed, quota));
+                        verdicts.add(!decision.allowed, quota);
                         if quota {
                             quota_decisions.push(decision);
                         } else {
@@ -198,9 +198,8 @@ impl<'r> Outcome<'r> {
                 })
             })
             .collect();
-        let mut allowed = !super::over_limit(verdicts.iter().copied());
-        let quotas_exhausted = verdicts.iter().any(|&(_, quota)| quota)
-            && verdicts.iter().all(|&(over, quota)| over || !quota);
+        let mut allowed = !verdicts.over_limit();
+        let quotas_exhausted = verdicts.quotas_exhausted();
         // Quota rules shape the top decision with what they admitted, and
         // with their rejections only when those decide the request.
         for decision in quota_decisions {
