@@ -27,7 +27,8 @@
 //! This module owns no wire format and counts no metrics: callers turn an
 //! [`Outcome`] into JSON, protobuf or HTTP headers and feed their own
 //! metrics from its per-descriptor results. The outcome types are
-//! `outcome`.
+//! `outcome`; [`DescriptorRules`] finds the rules for a caller that decides
+//! descriptors one by one (the Envoy API), as a [`Plan`] would.
 
 use std::borrow::Cow;
 
@@ -40,8 +41,10 @@ use crate::resolve::{resolve_rules, Descriptor};
 use crate::rule::Rule;
 use crate::ruleset::RuleSet;
 
+mod descriptor_rules;
 mod outcome;
 
+pub use descriptor_rules::DescriptorRules;
 pub use outcome::{denied, limit_name, AppliedLimit, DescriptorOutcome, Outcome};
 
 /// Store keys of rules counters start with this byte (inline keys start

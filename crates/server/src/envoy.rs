@@ -17,11 +17,12 @@
 //! code is `OVER_LIMIT` only as `tollgate_rules::check::over_limit` says:
 //! when an ordinary descriptor is over, or every quota descriptor is.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::{AlgorithmName, Decision, Limit, LimitKey, Moment, Rate, Store};
-use tollgate_rules::check::Verdicts;
+use tollgate_rules::check::{DescriptorRules, Verdicts};
 use tollgate_rules::{Descriptor, Metadata, RateLimitUnit, Rule};
 
 use crate::app::App;
@@ -34,6 +35,29 @@ use crate::target::RULES_KEY_PREFIX;
 /// Store keys of request-side limit overrides start with this byte.
 pub const OVERRIDE_KEY_PREFIX: u8 = b'o';
 
+/// What the decision reads of a `RateLimitRequest`, however it was
+/// decoded: [`EnvoyRequest`] (`POST /json`) and the gRPC service's protobuf
+/// message implement it, so neither is copied into the other.
+pub trait RequestView: Sync {
+    /// Its descriptors.
+    type Descriptor: DescriptorView;
+    /// The rules domain.
+    fn domain(&self) -> &str;
+    /// The descriptors, each decided on its own.
+    fn descriptors(&self) -> &[Self::Descriptor];
+    /// Hits for descriptors without their own (0 means 1).
+    fn hits_addend(&self) -> u32;
+}
+
+/// What the decision reads of a `RateLimitDescriptor`: its entries (as a
+/// [`Descriptor`]), its request-side override and its own hits.
+pub trait DescriptorView: Descriptor + Sync {
+    /// A request-side limit override: requests per unit.
+    fn limit(&self) -> Option<(u32, RateLimitUnit)>;
+    /// This descriptor's hits; 0 checks without counting.
+    fn hits_addend(&self) -> Option<u64>;
+}
+
 /// A `RateLimitRequest`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EnvoyRequest {
@@ -43,6 +67,19 @@ pub struct EnvoyRequest {
     pub descriptors: Vec<EnvoyDescriptor>,
     /// Hits for descriptors without their own (0 means 1).
     pub hits_addend: u32,
+}
+
+impl RequestView for EnvoyRequest {
+    type Descriptor = EnvoyDescriptor;
+    fn domain(&self) -> &str {
+        &self.domain
+    }
+    fn descriptors(&self) -> &[EnvoyDescriptor] {
+        &self.descriptors
+    }
+    fn hits_addend(&self) -> u32 {
+        self.hits_addend
+    }
 }
 
 /// A `RateLimitDescriptor`.
@@ -66,6 +103,15 @@ impl Descriptor for EnvoyDescriptor {
     }
 }
 
+impl DescriptorView for EnvoyDescriptor {
+    fn limit(&self) -> Option<(u32, RateLimitUnit)> {
+        self.limit
+    }
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits_addend
+    }
+}
+
 /// A response or descriptor code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
@@ -75,38 +121,42 @@ pub enum Code {
     OverLimit,
 }
 
-/// `RateLimitResponse.RateLimit`: the limit that applied.
+/// `RateLimitResponse.RateLimit`: the limit that applied, borrowing the
+/// rule's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentLimit {
+pub struct CurrentLimit<'r> {
     /// The rule's `name`, when it has one.
-    pub name: Option<String>,
+    pub name: Option<&'r str>,
     /// Requests per unit.
     pub requests_per_unit: u32,
     /// The unit.
     pub unit: RateLimitUnit,
 }
 
-/// A `DescriptorStatus`.
+/// A `DescriptorStatus`, as decided: each surface turns it into its own
+/// wire form (the `S` of [`EnvoyResponse`]) as it comes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DescriptorStatus {
+pub struct DescriptorStatus<'r> {
     /// `Ok` or `OverLimit`.
     pub code: Code,
     /// The limit that applied; `None` when no rule matched or it is
     /// unlimited.
-    pub current_limit: Option<CurrentLimit>,
+    pub current_limit: Option<CurrentLimit<'r>>,
     /// Requests left (u32::MAX for `unlimited`).
     pub limit_remaining: u32,
     /// Until the limit resets; `None` when no limit applied.
     pub duration_until_reset: Option<Duration>,
 }
 
-/// A `RateLimitResponse`, with what the rate-limit headers need.
+/// A `RateLimitResponse`, with what the rate-limit headers need; `S` is
+/// the caller's form of a descriptor status (a protobuf message, a JSON
+/// object), made from each [`DescriptorStatus`] as it is decided.
 #[derive(Debug, Clone)]
-pub struct EnvoyResponse {
+pub struct EnvoyResponse<S> {
     /// `OverLimit` when any enforced descriptor is over.
     pub overall_code: Code,
     /// One per request descriptor, in order.
-    pub statuses: Vec<DescriptorStatus>,
+    pub statuses: Vec<S>,
     /// Every limit that applied (for the SPEC §7 headers); left empty when
     /// the caller asked for no headers.
     pub applied: Vec<AppliedLimit<'static>>,
@@ -124,7 +174,7 @@ pub struct EnvoyResponse {
     quota_decisions: Vec<Decision>,
 }
 
-impl EnvoyResponse {
+impl<S> EnvoyResponse<S> {
     /// A limited descriptor's status: an enforced rejection makes the whole
     /// answer over the limit, and a decision of a rule not in shadow mode
     /// takes part in the most constrained one.
@@ -132,14 +182,14 @@ impl EnvoyResponse {
     /// As in envoyproxy/ratelimit, a rule in shadow mode answers `OK` for
     /// its descriptor, while the global `--shadow` (its `SHADOW_MODE`) keeps
     /// the descriptor's `OVER_LIMIT` and only turns the overall code to `OK`.
-    fn status(
+    fn status<'r>(
         &mut self,
         decision: Decision,
         verdict: Verdict,
         rule_enforced: bool,
         quota: bool,
-        current_limit: Option<CurrentLimit>,
-    ) -> DescriptorStatus {
+        current_limit: Option<CurrentLimit<'r>>,
+    ) -> DescriptorStatus<'r> {
         if rule_enforced {
             self.verdicts.add(verdict == Verdict::Rejected, quota);
             if quota {
@@ -158,57 +208,88 @@ impl EnvoyResponse {
     }
 }
 
-/// A matched descriptor: its rule, store key and detailed metric label.
-type Matched<'r> = (&'r Rule, Vec<u8>, Option<String>);
-
 /// Room for most store keys (a rule path and a few values) in one
 /// allocation.
 const COUNTER_KEY_CAPACITY: usize = 128;
 
+/// A key buffer larger than this (a request with long values) is not kept
+/// for the next call.
+const KEPT_KEY_CAPACITY: usize = 4096;
+
+thread_local! {
+    /// This thread's store key buffer, lent to one call at a time
+    /// ([`KeyBuffer`]), so that a call builds its keys without allocating.
+    static KEY_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A store key buffer lent by a thread: taken when a call starts, given
+/// back when it ends, to whichever thread it ends on. A call on a thread
+/// whose buffer is out (another call is waiting on the store) gets a new
+/// one.
+struct KeyBuffer(Vec<u8>);
+
+impl KeyBuffer {
+    fn take() -> KeyBuffer {
+        let mut key = KEY_BUFFER.take();
+        key.reserve(COUNTER_KEY_CAPACITY);
+        KeyBuffer(key)
+    }
+
+    /// The store key of `rule` for `descriptor`: [`RULES_KEY_PREFIX`], then
+    /// the rule's counter key.
+    fn rule_key<D: Descriptor + ?Sized>(&mut self, rule: &Rule, descriptor: &D) -> &[u8] {
+        self.0.clear();
+        self.0.push(RULES_KEY_PREFIX);
+        rule.write_counter_key(descriptor, &mut self.0);
+        &self.0
+    }
+}
+
+impl Drop for KeyBuffer {
+    fn drop(&mut self) {
+        if self.0.capacity() <= KEPT_KEY_CAPACITY {
+            let key = std::mem::take(&mut self.0);
+            // The thread may be exiting, its buffer already gone.
+            let _ = KEY_BUFFER.try_with(|buffer| buffer.set(key));
+        }
+    }
+}
+
 /// Decides `request` as envoyproxy/ratelimit's `ShouldRateLimit` would;
 /// with `with_headers`, also lists the limits that applied, for the rate
-/// limit headers. Errors (nothing counted) on an empty domain, no
-/// descriptors, a descriptor without entries or an entry with an empty key.
-pub async fn should_rate_limit<S: Store>(
+/// limit headers. Each descriptor's status is made into an `S` as it is
+/// decided. Errors (nothing counted) on an empty domain, no descriptors, a
+/// descriptor without entries or an entry with an empty key.
+pub async fn should_rate_limit<S, R, T>(
     app: &App<S>,
-    request: &EnvoyRequest,
+    request: &R,
     at: Moment,
     with_headers: bool,
-) -> Result<EnvoyResponse, ApiError> {
+) -> Result<EnvoyResponse<T>, ApiError>
+where
+    S: Store,
+    R: RequestView,
+    T: for<'r> From<DescriptorStatus<'r>> + Send,
+{
+    let domain = request.domain();
+    let descriptors = request.descriptors();
     validate(
         request,
         app.settings().max_descriptors,
         app.settings().max_key_bytes,
     )?;
     let rules = app.rules();
-    let found = app.overrides().find(&request.domain, &request.descriptors);
+    let found = app.overrides().find(domain, descriptors);
     // An unknown domain matches nothing (envoyproxy/ratelimit answers OK).
-    // Only rules and keys are kept: a `Resolved` borrows the request and is
-    // not held across the store's `.await`.
-    let (known_domain, matched): (bool, Vec<Option<Matched<'_>>>) =
-        match rules.resolve_with(&request.domain, &request.descriptors, &found) {
-            Ok(resolved) => (
-                true,
-                resolved
-                    .iter()
-                    .map(|r| {
-                        r.as_ref().map(|r| {
-                            let mut key = Vec::with_capacity(COUNTER_KEY_CAPACITY);
-                            key.push(RULES_KEY_PREFIX);
-                            r.write_counter_key(&mut key);
-                            let detailed = r.rule().metric_has_values().then(|| r.metric_label());
-                            (r.rule(), key, detailed)
-                        })
-                    })
-                    .collect(),
-            ),
-            Err(_) => (false, vec![None; request.descriptors.len()]),
-        };
+    let each = rules
+        .domain(domain)
+        .map(|d| DescriptorRules::new(d, descriptors, &found));
     let global_shadow = app.settings().shadow;
+    let global_quota = app.settings().quota_mode;
 
     let mut response = EnvoyResponse {
         overall_code: Code::Ok,
-        statuses: Vec::with_capacity(request.descriptors.len()),
+        statuses: Vec::with_capacity(descriptors.len()),
         applied: Vec::new(),
         top: None,
         passed_metadata: Vec::new(),
@@ -216,16 +297,17 @@ pub async fn should_rate_limit<S: Store>(
         verdicts: Verdicts::default(),
         quota_decisions: Vec::new(),
     };
-    let global_quota = app.settings().quota_mode;
-    for (descriptor, matched) in request.descriptors.iter().zip(&matched) {
+    let mut key = KeyBuffer::take();
+    for (i, descriptor) in descriptors.iter().enumerate() {
+        let rule = each.as_ref().and_then(|each| each.rule(i, descriptor));
         let hits = descriptor
-            .hits_addend
-            .unwrap_or_else(|| u64::from(request.hits_addend.max(1)));
-        let status = match (descriptor.limit, matched) {
-            (Some((requests_per_unit, unit)), _) if known_domain => {
+            .hits_addend()
+            .unwrap_or_else(|| u64::from(request.hits_addend().max(1)));
+        let status = match (descriptor.limit(), rule) {
+            (Some((requests_per_unit, unit)), _) if each.is_some() => {
                 decide_override(
                     app,
-                    &request.domain,
+                    domain,
                     descriptor,
                     requests_per_unit,
                     unit,
@@ -236,11 +318,14 @@ pub async fn should_rate_limit<S: Store>(
                 )
                 .await?
             }
-            (_, Some((rule, key, detailed))) => {
+            (_, Some(rule)) => {
+                let detailed = rule
+                    .metric_has_values()
+                    .then(|| rule.metric_label(descriptor));
                 decide_rule(
                     app,
                     rule,
-                    key,
+                    key.rule_key(rule, descriptor),
                     detailed.as_deref(),
                     hits,
                     at,
@@ -257,13 +342,14 @@ pub async fn should_rate_limit<S: Store>(
                 duration_until_reset: None,
             },
         };
-        if let (Code::Ok, Some((rule, _, _))) = (status.code, matched) {
+        if let (Code::Ok, Some(rule)) = (status.code, rule) {
             if let Some(metadata) = rule.metadata() {
                 response.passed_metadata.push(Arc::clone(metadata));
             }
         }
-        response.statuses.push(status);
+        response.statuses.push(T::from(status));
     }
+    drop(key);
     if response.verdicts.over_limit() {
         response.overall_code = Code::OverLimit;
     }
@@ -282,33 +368,34 @@ pub async fn should_rate_limit<S: Store>(
     Ok(response)
 }
 
-fn validate(
-    request: &EnvoyRequest,
+fn validate<R: RequestView>(
+    request: &R,
     max_descriptors: usize,
     max_key_bytes: usize,
 ) -> Result<(), ApiError> {
     let invalid = |m: String| Err(ApiError::bad_request("invalid_request", m));
-    if request.domain.is_empty() {
+    let descriptors = request.descriptors();
+    if request.domain().is_empty() {
         return invalid("rate limit domain must not be empty".into());
     }
-    if request.descriptors.is_empty() {
+    if descriptors.is_empty() {
         return invalid("rate limit descriptor list must not be empty".into());
     }
-    if request.descriptors.len() > max_descriptors {
+    if descriptors.len() > max_descriptors {
         return invalid(format!(
             "at most {max_descriptors} descriptors are accepted"
         ));
     }
-    for (i, d) in request.descriptors.iter().enumerate() {
-        if d.entries.is_empty() {
+    for (i, d) in descriptors.iter().enumerate() {
+        if d.is_empty() {
             return invalid(format!("descriptor {i} has no entries"));
         }
-        if d.entries.len() > max_descriptors {
+        if d.len() > max_descriptors {
             return invalid(format!(
                 "descriptor {i} has more than {max_descriptors} entries"
             ));
         }
-        for (key, value) in &d.entries {
+        for (key, value) in (0..d.len()).map(|e| d.entry(e)) {
             if key.is_empty() {
                 return invalid(format!("descriptor {i} has an entry with an empty key"));
             }
@@ -328,17 +415,17 @@ fn remaining_u32(remaining: u64) -> u32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn decide_rule<S: Store>(
+async fn decide_rule<'r, S: Store, T>(
     app: &App<S>,
-    rule: &Rule,
+    rule: &'r Rule,
     key: &[u8],
     detailed: Option<&str>,
     hits: u64,
     at: Moment,
     global_shadow: bool,
     global_quota: bool,
-    response: &mut EnvoyResponse,
-) -> Result<DescriptorStatus, ApiError> {
+    response: &mut EnvoyResponse<T>,
+) -> Result<DescriptorStatus<'r>, ApiError> {
     let reported = rule.reported_limits().first().copied();
     let quota = rule.quota_mode() || global_quota;
     if rule.unlimited() {
@@ -352,7 +439,6 @@ async fn decide_rule<S: Store>(
             duration_until_reset: None,
         });
     }
-    let name = rule.name().map(str::to_owned);
     let decision = if rule.denies_all() {
         let unit = reported.map_or(1, |r| r.unit.seconds());
         Decision {
@@ -404,7 +490,7 @@ async fn decide_rule<S: Store>(
     app.metrics()
         .count(rule.domain(), rule.id(), detailed, &decision, verdict);
     let current_limit = reported.map(|r| CurrentLimit {
-        name,
+        name: rule.name(),
         requests_per_unit: r.requests_per_unit,
         unit: r.unit,
     });
@@ -412,17 +498,17 @@ async fn decide_rule<S: Store>(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn decide_override<S: Store>(
+async fn decide_override<S: Store, D: Descriptor + ?Sized, T>(
     app: &App<S>,
     domain: &str,
-    descriptor: &EnvoyDescriptor,
+    descriptor: &D,
     requests_per_unit: u32,
     unit: RateLimitUnit,
     hits: u64,
     at: Moment,
     global_quota: bool,
-    response: &mut EnvoyResponse,
-) -> Result<DescriptorStatus, ApiError> {
+    response: &mut EnvoyResponse<T>,
+) -> Result<DescriptorStatus<'static>, ApiError> {
     let current_limit = Some(CurrentLimit {
         name: None,
         requests_per_unit,
@@ -442,7 +528,7 @@ async fn decide_override<S: Store>(
         )
         .map_err(|e| ApiError::bad_request("invalid_rate", format!("limit override: {e}")))?;
         let limit = Limit::new(AlgorithmName::FixedWindow, rate);
-        let key = override_key(domain, &descriptor.entries);
+        let key = override_key(domain, descriptor);
         let decisions = store(
             app,
             app.store()
@@ -472,7 +558,7 @@ async fn decide_override<S: Store>(
 
 /// The store key of an override: the domain and every entry, each part
 /// length-prefixed.
-fn override_key(domain: &str, entries: &[(String, String)]) -> Vec<u8> {
+fn override_key<D: Descriptor + ?Sized>(domain: &str, descriptor: &D) -> Vec<u8> {
     let mut key = vec![OVERRIDE_KEY_PREFIX];
     let mut push = |part: &str| {
         key.extend_from_slice(part.len().to_string().as_bytes());
@@ -480,7 +566,7 @@ fn override_key(domain: &str, entries: &[(String, String)]) -> Vec<u8> {
         key.extend_from_slice(part.as_bytes());
     };
     push(domain);
-    for (k, v) in entries {
+    for (k, v) in (0..descriptor.len()).map(|i| descriptor.entry(i)) {
         push(k);
         push(v);
     }
@@ -490,11 +576,79 @@ fn override_key(domain: &str, entries: &[(String, String)]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::Settings;
+    use tollgate_core::time::{Clock, ManualClock};
+    use tollgate_memory::{LocalStore, MemoryConfig, MemoryStore};
+    use tollgate_rules::RuleSet;
+    use tollgate_testkit::ready;
+
+    const RULES: &str = "\
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {name: per_user, unit: second, requests_per_unit: 1}
+";
+
+    fn app() -> App<LocalStore> {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000_000_000_000));
+        let store = LocalStore::new(MemoryStore::new(MemoryConfig::default()), clock);
+        let rules = RuleSet::from_yaml(RULES, "rules.yaml").unwrap();
+        // Room for a key longer than a kept buffer.
+        let settings = Settings {
+            max_key_bytes: 4 * KEPT_KEY_CAPACITY,
+            ..Settings::default()
+        };
+        App::new(store, rules, None, settings)
+    }
+
+    fn request(users: &[&str]) -> EnvoyRequest {
+        EnvoyRequest {
+            domain: "api".into(),
+            descriptors: users
+                .iter()
+                .map(|u| EnvoyDescriptor {
+                    entries: vec![("user".into(), (*u).into())],
+                    ..EnvoyDescriptor::default()
+                })
+                .collect(),
+            hits_addend: 0,
+        }
+    }
+
+    /// Each descriptor's code and the limit's name, as decided.
+    fn decide(app: &App<LocalStore>, users: &[&str]) -> Vec<(Code, Option<String>)> {
+        let response: EnvoyResponse<(Code, Option<String>)> =
+            ready(should_rate_limit(app, &request(users), Moment::Now, false)).unwrap();
+        response.statuses
+    }
+
+    impl From<DescriptorStatus<'_>> for (Code, Option<String>) {
+        fn from(s: DescriptorStatus<'_>) -> (Code, Option<String>) {
+            let name = s.current_limit.and_then(|l| l.name).map(str::to_owned);
+            (s.code, name)
+        }
+    }
+
+    #[test]
+    fn each_descriptor_counts_under_its_own_key_call_after_call() {
+        let app = app();
+        let long = "x".repeat(2 * KEPT_KEY_CAPACITY);
+        let ok = (Code::Ok, Some("per_user".to_owned()));
+        let over = (Code::OverLimit, Some("per_user".to_owned()));
+        // A long key first: the next keys are built afresh, not over it.
+        assert_eq!(decide(&app, &[&long]), vec![ok.clone()]);
+        assert_eq!(decide(&app, &["a", "bb"]), vec![ok.clone(), ok.clone()]);
+        assert_eq!(
+            decide(&app, &["b", "a", "bb", &long]),
+            vec![ok.clone(), over.clone(), over.clone(), over]
+        );
+        assert_eq!(decide(&app, &["c"]), vec![ok]);
+    }
 
     #[test]
     fn override_keys_are_unambiguous() {
-        let a = override_key("d", &[("a:b".into(), "c".into())]);
-        let b = override_key("d", &[("a".into(), "b:c".into())]);
+        let a = override_key("d", &[("a:b", "c")]);
+        let b = override_key("d", &[("a", "b:c")]);
         assert_ne!(a, b);
     }
 }

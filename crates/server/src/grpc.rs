@@ -12,16 +12,17 @@ use prost_types::value::Kind;
 use tokio::net::TcpListener;
 use tollgate_core::{Moment, Store};
 use tollgate_listener::{ConnectionSettings, Protocols};
-use tollgate_rules::{Metadata, MetadataValue, RateLimitUnit};
+use tollgate_rules::{Descriptor, Metadata, MetadataValue, RateLimitUnit};
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use crate::app::App;
-use crate::envoy::{self, Code, EnvoyDescriptor, EnvoyRequest};
+use crate::envoy::{self, Code, DescriptorView, RequestView};
 use crate::error::ApiError;
 use crate::headers::rate_limit_headers;
 use crate::latency::LatencyHistogram;
 use crate::proto::envoy::config::core::v3::HeaderValue;
+use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     self, DescriptorStatus, RateLimit,
 };
@@ -61,41 +62,84 @@ fn status_of(error: ApiError) -> Status {
 }
 
 /// The unit of a request-side override (`envoy.type.v3.RateLimitUnit`).
-fn override_unit(unit: i32) -> Result<RateLimitUnit, Status> {
+fn unit_of(unit: i32) -> Option<RateLimitUnit> {
     match unit {
-        1 => Ok(RateLimitUnit::Second),
-        2 => Ok(RateLimitUnit::Minute),
-        3 => Ok(RateLimitUnit::Hour),
-        4 => Ok(RateLimitUnit::Day),
-        5 => Ok(RateLimitUnit::Month),
-        6 => Ok(RateLimitUnit::Year),
-        other => Err(Status::invalid_argument(format!(
-            "limit override unit {other} is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR"
-        ))),
+        1 => Some(RateLimitUnit::Second),
+        2 => Some(RateLimitUnit::Minute),
+        3 => Some(RateLimitUnit::Hour),
+        4 => Some(RateLimitUnit::Day),
+        5 => Some(RateLimitUnit::Month),
+        6 => Some(RateLimitUnit::Year),
+        _ => None,
     }
 }
 
-fn request_of(request: RateLimitRequest) -> Result<EnvoyRequest, Status> {
-    // Into a list of its own size: collected in place, the request's list
-    // (of larger descriptors) would be shrunk by a reallocation, which
-    // costs more than a new one.
-    let mut descriptors = Vec::with_capacity(request.descriptors.len());
-    for d in request.descriptors {
-        let limit = d
-            .limit
-            .map(|o| Ok::<_, Status>((o.requests_per_unit, override_unit(o.unit)?)))
-            .transpose()?;
-        descriptors.push(EnvoyDescriptor {
-            entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
-            limit,
-            hits_addend: d.hits_addend,
-        });
+/// Refuses a request whose request-side override has an unknown unit,
+/// before anything is decided.
+fn check_override_units(request: &RateLimitRequest) -> Result<(), Status> {
+    for d in &request.descriptors {
+        if let Some(unit) = d.limit.as_ref().map(|o| o.unit) {
+            if unit_of(unit).is_none() {
+                return Err(Status::invalid_argument(format!(
+                    "limit override unit {unit} is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR"
+                )));
+            }
+        }
     }
-    Ok(EnvoyRequest {
-        domain: request.domain,
-        descriptors,
-        hits_addend: request.hits_addend,
-    })
+    Ok(())
+}
+
+/// The request is decided as decoded, without a copy.
+impl RequestView for RateLimitRequest {
+    type Descriptor = RateLimitDescriptor;
+    fn domain(&self) -> &str {
+        &self.domain
+    }
+    fn descriptors(&self) -> &[RateLimitDescriptor] {
+        &self.descriptors
+    }
+    fn hits_addend(&self) -> u32 {
+        self.hits_addend
+    }
+}
+
+impl Descriptor for RateLimitDescriptor {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+    fn entry(&self, index: usize) -> (&str, &str) {
+        let entry = &self.entries[index];
+        (&entry.key, &entry.value)
+    }
+}
+
+impl DescriptorView for RateLimitDescriptor {
+    /// An override with an unknown unit reads as none: the service refuses
+    /// such a request first ([`check_override_units`]).
+    fn limit(&self) -> Option<(u32, RateLimitUnit)> {
+        let limit = self.limit.as_ref()?;
+        Some((limit.requests_per_unit, unit_of(limit.unit)?))
+    }
+    fn hits_addend(&self) -> Option<u64> {
+        self.hits_addend
+    }
+}
+
+/// A status in protobuf, made as the descriptor is decided.
+impl From<envoy::DescriptorStatus<'_>> for DescriptorStatus {
+    fn from(s: envoy::DescriptorStatus<'_>) -> DescriptorStatus {
+        DescriptorStatus {
+            code: code_of(s.code),
+            current_limit: s.current_limit.map(|l| RateLimit {
+                name: l.name.unwrap_or_default().to_owned(),
+                requests_per_unit: l.requests_per_unit,
+                unit: l.unit as i32,
+            }),
+            limit_remaining: s.limit_remaining,
+            duration_until_reset: s.duration_until_reset.map(duration_of),
+            quota: None,
+        }
+    }
 }
 
 fn code_of(code: Code) -> i32 {
@@ -119,8 +163,9 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = std::time::Instant::now();
-        let request = request_of(request.into_inner())?;
-        let answer =
+        let request = request.into_inner();
+        check_override_units(&request)?;
+        let answer: envoy::EnvoyResponse<DescriptorStatus> =
             envoy::should_rate_limit(&self.app, &request, Moment::Now, self.response_headers)
                 .await
                 .map_err(status_of)?;
@@ -139,21 +184,6 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
         } else {
             Vec::new()
         };
-        let statuses = answer
-            .statuses
-            .into_iter()
-            .map(|s| DescriptorStatus {
-                code: code_of(s.code),
-                current_limit: s.current_limit.map(|l| RateLimit {
-                    name: l.name.unwrap_or_default(),
-                    requests_per_unit: l.requests_per_unit,
-                    unit: l.unit as i32,
-                }),
-                limit_remaining: s.limit_remaining,
-                duration_until_reset: s.duration_until_reset.map(duration_of),
-                quota: None,
-            })
-            .collect();
         let dynamic_metadata = self
             .app
             .settings()
@@ -161,7 +191,7 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
             .then(|| dynamic_metadata(&request, &answer.passed_metadata));
         Ok(Response::new(RateLimitResponse {
             overall_code: code_of(answer.overall_code),
-            statuses,
+            statuses: answer.statuses,
             response_headers_to_add,
             dynamic_metadata,
             ..RateLimitResponse::default()
@@ -176,21 +206,20 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
 /// when the descriptor has its own); the request's `hitsAddend` when not 0;
 /// and `metadata`, the `metadata` mappings of the descriptors that passed
 /// merged in request order (a name keeps its first value), when any.
-fn dynamic_metadata(request: &EnvoyRequest, passed: &[Arc<Metadata>]) -> prost_types::Struct {
+fn dynamic_metadata<R: RequestView>(request: &R, passed: &[Arc<Metadata>]) -> prost_types::Struct {
     let mut fields = BTreeMap::new();
-    fields.insert("domain".to_owned(), string_value(&request.domain));
+    fields.insert("domain".to_owned(), string_value(request.domain()));
     let descriptors = request
-        .descriptors
+        .descriptors()
         .iter()
         .map(|d| {
             let mut descriptor = BTreeMap::new();
-            let entries = d
-                .entries
-                .iter()
+            let entries = (0..d.len())
+                .map(|i| d.entry(i))
                 .map(|(key, value)| string_value(&format!("{key}={value}")))
                 .collect();
             descriptor.insert("entries".to_owned(), list_value(entries));
-            if let Some((requests_per_unit, unit)) = d.limit {
+            if let Some((requests_per_unit, unit)) = d.limit() {
                 let mut limit = BTreeMap::new();
                 limit.insert(
                     "requestsPerUnit".to_owned(),
@@ -199,17 +228,17 @@ fn dynamic_metadata(request: &EnvoyRequest, passed: &[Arc<Metadata>]) -> prost_t
                 limit.insert("unit".to_owned(), string_value(unit.as_str()));
                 descriptor.insert("limit".to_owned(), struct_value(limit));
             }
-            if let Some(hits) = d.hits_addend {
+            if let Some(hits) = d.hits_addend() {
                 descriptor.insert("hitsAddend".to_owned(), number_value(hits as f64));
             }
             struct_value(descriptor)
         })
         .collect();
     fields.insert("descriptors".to_owned(), list_value(descriptors));
-    if request.hits_addend != 0 {
+    if request.hits_addend() != 0 {
         fields.insert(
             "hitsAddend".to_owned(),
-            number_value(f64::from(request.hits_addend)),
+            number_value(f64::from(request.hits_addend())),
         );
     }
     let mut merged = BTreeMap::new();
@@ -303,4 +332,93 @@ pub async fn serve_grpc<S: Store>(
         shutdown,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+
+    fn descriptor(unit: Option<i32>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: vec![
+                Entry {
+                    key: "user".into(),
+                    value: "42".into(),
+                },
+                Entry {
+                    key: "path".into(),
+                    value: "/".into(),
+                },
+            ],
+            limit: unit.map(|unit| RateLimitOverride {
+                requests_per_unit: 5,
+                unit,
+            }),
+            hits_addend: Some(3),
+        }
+    }
+
+    #[test]
+    fn a_protobuf_descriptor_reads_as_decoded() {
+        let d = descriptor(Some(2));
+        assert_eq!(Descriptor::len(&d), 2);
+        assert_eq!(d.entry(1), ("path", "/"));
+        assert_eq!(d.limit(), Some((5, RateLimitUnit::Minute)));
+        assert_eq!(DescriptorView::hits_addend(&d), Some(3));
+        assert_eq!(descriptor(None).limit(), None);
+    }
+
+    #[test]
+    fn an_unknown_override_unit_is_refused_before_anything_else() {
+        // An empty domain would be refused too, but the unit is named first.
+        let request = RateLimitRequest {
+            descriptors: vec![descriptor(Some(6)), descriptor(Some(7))],
+            ..RateLimitRequest::default()
+        };
+        let status = check_override_units(&request).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("unit 7"), "{}", status.message());
+        let request = RateLimitRequest {
+            descriptors: vec![descriptor(Some(1)), descriptor(None)],
+            ..RateLimitRequest::default()
+        };
+        assert!(check_override_units(&request).is_ok());
+    }
+
+    #[test]
+    fn statuses_carry_the_rules_name_or_an_empty_one() {
+        let named = envoy::DescriptorStatus {
+            code: Code::OverLimit,
+            current_limit: Some(envoy::CurrentLimit {
+                name: Some("per_user"),
+                requests_per_unit: 10,
+                unit: RateLimitUnit::Hour,
+            }),
+            limit_remaining: 0,
+            duration_until_reset: Some(Duration::from_millis(1500)),
+        };
+        let status = DescriptorStatus::from(named.clone());
+        assert_eq!(status.code, rate_limit_response::Code::OverLimit as i32);
+        let limit = status.current_limit.unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit),
+            ("per_user", 10)
+        );
+        assert_eq!(limit.unit, RateLimitUnit::Hour as i32);
+        let duration = status.duration_until_reset.unwrap();
+        assert_eq!((duration.seconds, duration.nanos), (1, 500_000_000));
+        let unnamed = envoy::DescriptorStatus {
+            current_limit: named
+                .current_limit
+                .map(|l| envoy::CurrentLimit { name: None, ..l }),
+            ..named
+        };
+        assert_eq!(
+            DescriptorStatus::from(unnamed).current_limit.unwrap().name,
+            ""
+        );
+    }
 }

@@ -215,16 +215,18 @@ impl AnswerBody for JsonResponse {
     }
 }
 
-fn status_json(status: DescriptorStatus) -> JsonStatus {
-    JsonStatus {
-        code: code_name(status.code),
-        current_limit: status.current_limit.map(|l| JsonLimit {
-            name: l.name,
-            requests_per_unit: l.requests_per_unit,
-            unit: l.unit.as_str(),
-        }),
-        limit_remaining: status.limit_remaining,
-        duration_until_reset: status.duration_until_reset.map(duration_json),
+impl From<DescriptorStatus<'_>> for JsonStatus {
+    fn from(status: DescriptorStatus<'_>) -> JsonStatus {
+        JsonStatus {
+            code: code_name(status.code),
+            current_limit: status.current_limit.map(|l| JsonLimit {
+                name: l.name.map(str::to_owned),
+                requests_per_unit: l.requests_per_unit,
+                unit: l.unit.as_str(),
+            }),
+            limit_remaining: status.limit_remaining,
+            duration_until_reset: status.duration_until_reset.map(duration_json),
+        }
     }
 }
 
@@ -243,7 +245,7 @@ pub(crate) async fn should_rate_limit<S: Store>(
     Ok(Answer {
         body: JsonResponse {
             overall_code: code_name(response.overall_code),
-            statuses: response.statuses.into_iter().map(status_json).collect(),
+            statuses: response.statuses,
         },
         applied: Applied::Limits(response.applied),
         top: response.top,
