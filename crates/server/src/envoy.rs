@@ -304,8 +304,11 @@ where
             .hits_addend()
             .unwrap_or_else(|| u64::from(request.hits_addend().max(1)));
         let status = match (descriptor.limit(), rule) {
+            // Boxed: a request-side override is rare, and its future (a
+            // list of decisions, a limit and a key of its own) would
+            // otherwise make every call's larger.
             (Some((requests_per_unit, unit)), _) if each.is_some() => {
-                decide_override(
+                Box::pin(decide_override(
                     app,
                     domain,
                     descriptor,
@@ -315,7 +318,7 @@ where
                     at,
                     global_quota,
                     &mut response,
-                )
+                ))
                 .await?
             }
             (_, Some(rule)) => {
