@@ -34,6 +34,7 @@ mod activity;
 mod body;
 mod observer;
 mod serve;
+mod service;
 mod settings;
 
 pub use body::{BodyTimeout, TimedBody};

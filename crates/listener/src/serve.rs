@@ -13,15 +13,14 @@ use hyper::body::{Body, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tower::ServiceBuilder;
 
 use crate::activity::{ActiveIo, Activity};
 use crate::body::TimedBody;
 use crate::observer::ConnectionObserver;
+use crate::service::Served;
 use crate::settings::ConnectionSettings;
 use crate::BoxError;
 
@@ -118,13 +117,12 @@ where
         let io = TokioIo::new(ActiveIo::new(stream, Arc::clone(&activity), open));
         let (service, companion) = connect(peer);
         let body_read_timeout = settings.body_read_timeout;
-        let service = ServiceBuilder::new()
-            .map_request(move |request: Request<Incoming>| {
-                request.map(|body| TimedBody::new(body, body_read_timeout))
-            })
-            .service(service);
+        let service = Served {
+            service,
+            body_read_timeout,
+        };
         let connection = builder
-            .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
+            .serve_connection_with_upgrades(io, service)
             .into_owned();
         let stopping = stopping.clone();
         let idle_timeout = settings.idle_timeout;

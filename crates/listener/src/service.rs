@@ -1,0 +1,165 @@
+//! [`Served`]: a connection's `tower::Service` as hyper calls it, with its
+//! request bodies under the body read timeout.
+//!
+//! hyper-util's own adapter (`TowerToHyperService`) hands each request to
+//! a `tower::util::Oneshot`, which holds the service's clone and the
+//! request until its first poll, awaits readiness there, and only then
+//! calls the service: the request is moved twice more, and the future
+//! grows by the request's size. Here readiness is asked for as the request
+//! comes; a service that is ready (every service of this project always
+//! is) is called at once, so the future is the service's own. A service
+//! that is not ready still gets its readiness awaited, in the future.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use http::Request;
+use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+
+use crate::body::TimedBody;
+use crate::BoxError;
+
+/// A connection's service for hyper.
+#[derive(Debug, Clone)]
+pub(crate) struct Served<S> {
+    pub(crate) service: S,
+    pub(crate) body_read_timeout: Duration,
+}
+
+impl<S> hyper::service::Service<Request<Incoming>> for Served<S>
+where
+    S: tower::Service<Request<TimedBody<Incoming>>> + Clone,
+    S::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Calling<S, Request<TimedBody<Incoming>>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let timeout = self.body_read_timeout;
+        start(
+            &self.service,
+            request.map(|body| TimedBody::new(body, timeout)),
+        )
+    }
+}
+
+/// A clone of `service` called with `request` now if it is ready, else
+/// once it is.
+fn start<S, R>(service: &S, request: R) -> Calling<S, R>
+where
+    S: tower::Service<R> + Clone,
+    S::Error: Into<BoxError>,
+{
+    let mut service = service.clone();
+    // Asked without a task: a service that is not ready yet is asked
+    // again, with the task's context, when the future is polled.
+    let mut cx = Context::from_waker(Waker::noop());
+    match service.poll_ready(&mut cx) {
+        Poll::Ready(Ok(())) => Calling::Called {
+            future: service.call(request),
+        },
+        Poll::Ready(Err(error)) => Calling::Failed {
+            error: Some(error.into()),
+        },
+        Poll::Pending => Calling::Waiting {
+            service,
+            request: Some(request),
+        },
+    }
+}
+
+pin_project! {
+    /// The answer to one request: the service's future, or readiness
+    /// awaited first.
+    #[project = CallingProjection]
+    pub(crate) enum Calling<S: tower::Service<R>, R> {
+        Called { #[pin] future: S::Future },
+        Waiting { service: S, request: Option<R> },
+        Failed { error: Option<BoxError> },
+    }
+}
+
+impl<S, R> Future for Calling<S, R>
+where
+    S: tower::Service<R>,
+    S::Error: Into<BoxError>,
+{
+    type Output = Result<S::Response, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let future = match self.as_mut().project() {
+                CallingProjection::Called { future } => return future.poll(cx).map_err(Into::into),
+                CallingProjection::Failed { error } => match error.take() {
+                    Some(error) => return Poll::Ready(Err(error)),
+                    None => panic!("`Calling` polled after it completed"),
+                },
+                CallingProjection::Waiting { service, request } => {
+                    if let Err(error) = std::task::ready!(service.poll_ready(cx)) {
+                        return Poll::Ready(Err(error.into()));
+                    }
+                    match request.take() {
+                        Some(request) => service.call(request),
+                        None => panic!("`Calling` polled after it completed"),
+                    }
+                }
+            };
+            self.set(Calling::Called { future });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Ready only from its second `poll_ready` on; answers with how many
+    /// calls it has had.
+    #[derive(Clone, Default)]
+    struct SlowToStart {
+        asked: Arc<AtomicUsize>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl tower::Service<u32> for SlowToStart {
+        type Response = (u32, usize);
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<(u32, usize), Infallible>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            if self.asked.fetch_add(1, Ordering::SeqCst) == 0 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: u32) -> Self::Future {
+            let calls = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            std::future::ready(Ok((request, calls)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_service_not_ready_yet_is_called_once_it_is() {
+        let service = SlowToStart::default();
+        let calling = start(&service, 7);
+        assert!(matches!(calling, Calling::Waiting { .. }));
+        assert_eq!(service.calls.load(Ordering::SeqCst), 0);
+        assert_eq!(calling.await.unwrap(), (7, 1));
+        assert_eq!(service.asked.load(Ordering::SeqCst), 2);
+        // Ready now: called at once, before any poll.
+        let called = start(&service, 8);
+        assert!(matches!(called, Calling::Called { .. }));
+        assert_eq!(service.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(called.await.unwrap(), (8, 2));
+    }
+}
