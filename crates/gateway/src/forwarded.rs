@@ -18,7 +18,7 @@ use std::io::Write;
 use std::net::IpAddr;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, HOST};
-use http::request::Parts;
+use http::Uri;
 
 /// `X-Forwarded-For`.
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -27,22 +27,50 @@ pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-for
 /// `X-Forwarded-Host`.
 pub(crate) static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// The host the client asked for: its `Host` field, else the authority of
-/// the request target (HTTP/2 sends `:authority`, not `Host`).
-pub(crate) fn client_host(parts: &Parts) -> Option<HeaderValue> {
-    if let Some(host) = parts.headers.get(HOST) {
-        return Some(host.clone());
-    }
-    let authority = parts.uri.authority()?;
-    HeaderValue::from_str(authority.as_str()).ok()
+/// The host the client asked for, and whether `Host` already says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClientHost {
+    /// The request's one `Host` field, which stays as it is.
+    Field(HeaderValue),
+    /// The first of several `Host` fields, or the request target's
+    /// authority (HTTP/2 sends `:authority`, not `Host`): `Host` is set
+    /// to it.
+    Set(HeaderValue),
 }
 
-/// Sets `Host`, `X-Forwarded-Host`, `X-Forwarded-Proto` and appends `peer`
-/// to `X-Forwarded-For`.
-pub(crate) fn add(headers: &mut HeaderMap, peer: Option<IpAddr>, host: Option<HeaderValue>) {
+impl ClientHost {
+    fn value(&self) -> &HeaderValue {
+        match self {
+            ClientHost::Field(value) | ClientHost::Set(value) => value,
+        }
+    }
+}
+
+/// The host the client asked for: its `Host` field, else the authority of
+/// the request target.
+pub(crate) fn client_host(headers: &HeaderMap, target: &Uri) -> Option<ClientHost> {
+    let mut fields = headers.get_all(HOST).iter();
+    if let Some(first) = fields.next() {
+        return Some(match fields.next() {
+            None => ClientHost::Field(first.clone()),
+            Some(_) => ClientHost::Set(first.clone()),
+        });
+    }
+    let authority = target.authority()?;
+    HeaderValue::from_str(authority.as_str())
+        .ok()
+        .map(ClientHost::Set)
+}
+
+/// Sets `Host` (unless the client's one field says it already),
+/// `X-Forwarded-Host`, `X-Forwarded-Proto` and appends `peer` to
+/// `X-Forwarded-For`.
+pub(crate) fn add(headers: &mut HeaderMap, peer: Option<IpAddr>, host: Option<ClientHost>) {
     if let Some(host) = host {
-        headers.insert(X_FORWARDED_HOST.clone(), host.clone());
-        headers.insert(HOST, host);
+        headers.insert(X_FORWARDED_HOST.clone(), host.value().clone());
+        if let ClientHost::Set(value) = host {
+            headers.insert(HOST, value);
+        }
     }
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
     if let Some(peer) = peer {
@@ -103,6 +131,8 @@ fn trim(bytes: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    use http::request::Parts;
+
     use super::*;
 
     fn request(builder: http::request::Builder) -> Parts {
@@ -148,21 +178,48 @@ mod tests {
         }
     }
 
+    fn host_of(parts: &Parts) -> Option<ClientHost> {
+        client_host(&parts.headers, &parts.uri)
+    }
+
     #[test]
     fn host_comes_from_the_host_field_or_the_authority() {
         let http1 = request(http::Request::get("/x").header("host", "api.example.com"));
         let http2 = request(http::Request::get("http://api.example.com:8443/x"));
         let bare = request(http::Request::get("/x"));
-        assert_eq!(client_host(&http1).unwrap(), "api.example.com");
-        assert_eq!(client_host(&http2).unwrap(), "api.example.com:8443");
-        assert_eq!(client_host(&bare), None);
+        let field = HeaderValue::from_static("api.example.com");
+        assert_eq!(host_of(&http1), Some(ClientHost::Field(field)));
+        let authority = HeaderValue::from_static("api.example.com:8443");
+        assert_eq!(host_of(&http2), Some(ClientHost::Set(authority)));
+        assert_eq!(host_of(&bare), None);
 
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        add(&mut headers, None, client_host(&http2));
+        add(&mut headers, None, host_of(&http2));
         assert_eq!(headers[HOST], "api.example.com:8443");
         assert_eq!(headers[&X_FORWARDED_HOST], "api.example.com:8443");
         assert_eq!(headers[&X_FORWARDED_PROTO], "http");
         assert!(!headers.contains_key(&X_FORWARDED_FOR));
+
+        // The one Host field is kept as it is.
+        let mut headers = http1.headers.clone();
+        add(&mut headers, None, host_of(&http1));
+        assert_eq!(headers.get_all(HOST).iter().count(), 1);
+        assert_eq!(headers[HOST], "api.example.com");
+        assert_eq!(headers[&X_FORWARDED_HOST], "api.example.com");
+    }
+
+    #[test]
+    fn several_host_fields_become_the_first() {
+        let twice = request(
+            http::Request::get("/x")
+                .header("host", "a.example.com")
+                .header("host", "b.example.com"),
+        );
+        let mut headers = twice.headers.clone();
+        add(&mut headers, None, host_of(&twice));
+        assert_eq!(headers.get_all(HOST).iter().count(), 1);
+        assert_eq!(headers[HOST], "a.example.com");
+        assert_eq!(headers[&X_FORWARDED_HOST], "a.example.com");
     }
 }

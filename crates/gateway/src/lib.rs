@@ -46,7 +46,7 @@ mod upstream;
 
 pub use body::ProxyBody;
 pub use error::ProxyError;
-pub use listener::{run, RequestBody};
+pub use listener::{run, PerConnection, RequestBody};
 pub use paired::PairedUpstream;
 pub use proxy::{Proxy, ProxyFuture, ProxySettings};
 pub use tls::UpstreamTlsError;

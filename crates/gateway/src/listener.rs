@@ -14,16 +14,17 @@
 //! HTTP/2, a header list of 16 KiB and 200 concurrent streams.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
 use tokio::net::TcpListener;
 use tollgate_listener::{ConnectionObserver, ConnectionSettings, Protocols, TimedBody};
-use tollgate_tower::PeerAddr;
-use tower::ServiceBuilder;
+use tollgate_tower::RateLimitService;
 
 use crate::paired::{self, PairedUpstream};
+use crate::proxy::Proxy;
 
 /// The errors a service or a body may fail with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -32,13 +33,38 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// body read timeout.
 pub type RequestBody = TimedBody<Incoming>;
 
+/// A service the listener makes for each client connection from the one
+/// it was given: told the connection's address and handed its upstream
+/// connection once, rather than through each request's extensions (an
+/// allocation and two insertions per request).
+pub trait PerConnection: Sized {
+    /// The service for the connection from `peer`, whose upstream
+    /// connection is `pair`.
+    fn for_connection(&self, peer: SocketAddr, pair: &PairedUpstream<RequestBody>) -> Self;
+}
+
+impl PerConnection for Proxy<RequestBody> {
+    fn for_connection(&self, peer: SocketAddr, pair: &PairedUpstream<RequestBody>) -> Self {
+        Proxy::for_connection(self, peer, pair)
+    }
+}
+
+impl<S: PerConnection, St> PerConnection for RateLimitService<S, St> {
+    /// The limits around the inner service made for the connection, with
+    /// the connection's address as the requests' peer.
+    fn for_connection(&self, peer: SocketAddr, pair: &PairedUpstream<RequestBody>) -> Self {
+        self.with_inner(self.get_ref().for_connection(peer, pair))
+            .with_peer(peer)
+    }
+}
+
 /// Serves `service` on `listener` under `settings` until `shutdown`
 /// completes; then stops accepting, lets every open connection finish the
 /// requests it has started (idle keep-alive connections are closed), and
 /// returns. Connections are reported to `observer`.
 ///
-/// `service` is typically a [`Proxy`](super::Proxy), with layers around it:
-/// it is cloned for each connection. The listener and the signal are
+/// `service` is typically a [`Proxy`], with the rate-limiting layer
+/// around it: made for each connection ([`PerConnection`]). The listener and the signal are
 /// passed in, so a test binds `127.0.0.1:0`, spawns this and talks to it
 /// over a real socket.
 pub async fn run<S, B>(
@@ -49,7 +75,11 @@ pub async fn run<S, B>(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()>
 where
-    S: tower::Service<Request<RequestBody>, Response = Response<B>> + Clone + Send + 'static,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>>
+        + PerConnection
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: Body + Send + 'static,
@@ -65,15 +95,7 @@ where
             // The client connection and its upstream connection, in one
             // task; the client's end ends both.
             let (pair, driver) = paired::pair::<RequestBody>();
-            let service = ServiceBuilder::new()
-                .map_request(move |mut request: Request<RequestBody>| {
-                    let extensions = request.extensions_mut();
-                    extensions.insert(PeerAddr(peer));
-                    extensions.insert::<PairedUpstream<RequestBody>>(pair.clone());
-                    request
-                })
-                .service(service.clone());
-            (service, driver)
+            (service.for_connection(peer, &pair), driver)
         },
         shutdown,
     )

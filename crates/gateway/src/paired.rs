@@ -210,67 +210,72 @@ pub(crate) enum Sent<B> {
     Declined(Request<B>),
 }
 
+/// What the pair does with a request, decided as the request comes (see
+/// [`PairedUpstream::try_send`]).
+pub(crate) enum Attempt<F, B> {
+    /// Written to the pair's connection: the answer to come.
+    Sending(F),
+    /// The pair is busy or being made: the request, for the pool.
+    /// Boxed, as in `Connect`: both are rare, and the common case's state
+    /// stays a few words, which the answer's future is made of.
+    Declined(Box<Request<B>>),
+    /// The pair has no connection: this request makes it
+    /// ([`PairedUpstream::connect_and_send`]).
+    Connect(Box<Request<B>>),
+}
+
+/// The answer to a request written to the pair's connection.
+pub(crate) type Answer<B> =
+    Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<B>>>;
+
+/// How the pair's connections are made: in the clear for an `http://`
+/// upstream, through TLS for an `https://` one.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    /// In the clear; used directly for an `http://` upstream, so that its
+    /// reads and writes do not go through the TLS wrapper's dispatch.
+    pub(crate) plain: HttpConnector,
+    /// For an `https://` upstream.
+    pub(crate) tls: HttpsConnector<HttpConnector>,
+}
+
 impl<B> PairedUpstream<B>
 where
     B: Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// Sends `request` on the pair, making the pair's connection first if
-    /// there is none; declines when the pair is busy or being made.
-    pub(crate) async fn send(
+    /// Writes `request` (its target in origin form, as a connection of
+    /// our own writes it) to the pair's connection when it is free, now,
+    /// rather than when a future is first polled: the request goes
+    /// straight into the connection's queue instead of being moved
+    /// through the futures of each step first.
+    pub(crate) fn try_send(
         &self,
-        mut request: Request<B>,
-        connector: &HttpsConnector<HttpConnector>,
-        upstream: &Upstream,
-    ) -> Sent<B> {
-        // A connection of our own writes the target as given: the origin
-        // form (`/path?query`) a server expects, not the absolute form the
-        // pool turns into it (and is handed back below when declining).
-        let absolute = std::mem::take(request.uri_mut());
-        let origin = absolute
-            .path_and_query()
-            .cloned()
-            .map_or_else(|| Uri::from_static("/"), Uri::from);
-        *request.uri_mut() = origin;
-        let restore = |mut request: Request<B>| {
-            *request.uri_mut() = absolute.clone();
-            request
-        };
-        // Decided under the lock, done after it.
-        let sending = {
-            let mut pairing = self.pairing.lock();
-            if pairing.sender.as_ref().is_some_and(SendRequest::is_closed) {
-                pairing.sender = None;
+        request: Request<B>,
+    ) -> Attempt<impl Future<Output = Answer<B>> + Send + 'static, B> {
+        let mut pairing = self.pairing.lock();
+        if pairing.sender.as_ref().is_some_and(SendRequest::is_closed) {
+            pairing.sender = None;
+        }
+        let connecting = pairing.connecting;
+        match pairing.sender.as_mut() {
+            Some(sender) if sender.is_ready() => Attempt::Sending(sender.try_send_request(request)),
+            Some(_) => Attempt::Declined(Box::new(request)),
+            None if connecting => Attempt::Declined(Box::new(request)),
+            None => {
+                pairing.connecting = true;
+                Attempt::Connect(Box::new(request))
             }
-            let connecting = pairing.connecting;
-            match pairing.sender.as_mut() {
-                Some(sender) if sender.is_ready() => Ok(sender.try_send_request(request)),
-                Some(_) => return Sent::Declined(restore(request)),
-                None if connecting => return Sent::Declined(restore(request)),
-                None => {
-                    pairing.connecting = true;
-                    Err(request)
-                }
-            }
-        };
-        let sent = match sending {
-            Ok(sending) => answered(sending.await, upstream),
-            // Boxed: connecting is once per client connection, and its
-            // future is large.
-            Err(request) => Box::pin(self.connect_and_send(request, connector, upstream)).await,
-        };
-        match sent {
-            Sent::Declined(request) => Sent::Declined(restore(request)),
-            answered => answered,
         }
     }
 
-    /// Makes the pair's connection and sends `request` on it.
-    async fn connect_and_send(
+    /// Makes the pair's connection and sends `request` on it (after
+    /// [`Attempt::Connect`]).
+    pub(crate) async fn connect_and_send(
         &self,
         request: Request<B>,
-        connector: &HttpsConnector<HttpConnector>,
+        connector: &Connector,
         upstream: &Upstream,
     ) -> Sent<B> {
         let made = self.connect(connector, upstream).await;
@@ -294,7 +299,7 @@ where
 
     async fn connect(
         &self,
-        connector: &HttpsConnector<HttpConnector>,
+        connector: &Connector,
         upstream: &Upstream,
     ) -> Result<(SendRequest<B>, Driving), ProxyError> {
         let failed = |cause: String| ProxyError::Connect {
@@ -302,31 +307,47 @@ where
             cause,
         };
         let uri: Uri = upstream.origin().clone();
-        let io = connector
-            .clone()
-            .oneshot(uri)
-            .await
-            .map_err(|e| failed(error::causes(&*e)))?;
-        // Flattened writes, as on the client side (see the listener).
-        let (sender, connection) = http1::Builder::new()
-            .writev(false)
-            .handshake(io)
-            .await
-            .map_err(|e| failed(error::causes(&e)))?;
-        let driving: Driving = Box::pin(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "an upstream connection ended");
-            }
-        });
-        Ok((sender, driving))
+        if upstream.is_https() {
+            let io = connector
+                .tls
+                .clone()
+                .oneshot(uri)
+                .await
+                .map_err(|e| failed(error::causes(&*e)))?;
+            handshake(io).await.map_err(|e| failed(error::causes(&e)))
+        } else {
+            let io = connector
+                .plain
+                .clone()
+                .oneshot(uri)
+                .await
+                .map_err(|e| failed(error::causes(&e)))?;
+            handshake(io).await.map_err(|e| failed(error::causes(&e)))
+        }
     }
 }
 
+/// An HTTP/1.1 client connection over `io`: its sender, and the
+/// connection's future for the driver.
+async fn handshake<B, I>(io: I) -> Result<(SendRequest<B>, Driving), hyper::Error>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    // Flattened writes, as on the client side (see the listener).
+    let (sender, connection) = http1::Builder::new().writev(false).handshake(io).await?;
+    let driving: Driving = Box::pin(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "an upstream connection ended");
+        }
+    });
+    Ok((sender, driving))
+}
+
 /// What became of a request sent on the pair.
-fn answered<B>(
-    sent: Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<B>>>,
-    upstream: &Upstream,
-) -> Sent<B> {
+pub(crate) fn answered<B>(sent: Answer<B>, upstream: &Upstream) -> Sent<B> {
     match sent {
         Ok(response) => Sent::Answered(Ok(response)),
         Err(mut error) => match error.take_message() {

@@ -13,6 +13,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response, Version};
 use hyper::body::{Body, Incoming};
+use hyper::upgrade::OnUpgrade;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -33,7 +35,7 @@ use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::forwarded;
 use crate::hop_by_hop::{self, Upgrade};
-use crate::paired::{PairedUpstream, Sent, UpstreamTimer};
+use crate::paired::{answered, Answer, Attempt, Connector, PairedUpstream, Sent, UpstreamTimer};
 use crate::tls::{self, UpstreamTlsError};
 use crate::upgrade;
 use crate::upstream::Upstream;
@@ -72,9 +74,10 @@ pub type ProxyFuture =
 /// A reverse proxy to one [`Upstream`], as a `tower::Service` over
 /// requests with body `B` (hyper's [`Incoming`] when serving).
 ///
-/// Cheap to clone: clones share the connection pool. The peer address is
-/// read from the request's [`PeerAddr`] extension (the gateway's listener
-/// puts it there) for `X-Forwarded-For`.
+/// Cheap to clone: clones share the connection pool. The peer address for
+/// `X-Forwarded-For` is the client connection's, when the proxy was made
+/// for one ([`Proxy::for_connection`], as the gateway's listener does),
+/// else the request's [`PeerAddr`] extension.
 ///
 /// ```
 /// use tollgate_gateway::{Proxy, ProxySettings};
@@ -87,25 +90,48 @@ pub type ProxyFuture =
 /// # }
 /// ```
 pub struct Proxy<B = Incoming> {
-    /// One pointer: a layer around the proxy clones it for every request.
+    /// Shared by every clone: a layer around the proxy clones it for every
+    /// request.
     inner: Arc<ProxyInner<B>>,
+    /// The client connection this proxy serves, when it was made for one
+    /// ([`Proxy::for_connection`]).
+    connection: Option<ClientConnection<B>>,
 }
 
 struct ProxyInner<B> {
     client: Client<HttpsConnector<HttpConnector>, B>,
-    /// The pool's connector, for the connections of client connections'
-    /// pairs.
-    connector: HttpsConnector<HttpConnector>,
+    /// How the pairs' connections are made.
+    connector: Connector,
     upstream: Upstream,
     timeout: Duration,
+}
+
+/// A client connection's address and its own upstream connection.
+struct ClientConnection<B> {
+    peer: SocketAddr,
+    pair: PairedUpstream<B>,
 }
 
 impl<B> Clone for Proxy<B> {
     fn clone(&self) -> Self {
         Proxy {
             inner: Arc::clone(&self.inner),
+            connection: self.connection.as_ref().map(|c| ClientConnection {
+                peer: c.peer,
+                pair: c.pair.clone(),
+            }),
         }
     }
+}
+
+/// A request rewritten for the upstream and handed to its connection (or
+/// about to be), with what its answer needs.
+struct Started<F, B> {
+    attempt: Attempt<F, B>,
+    /// The pair the request went to, if it did.
+    pair: Option<PairedUpstream<B>>,
+    /// The client's side of a protocol upgrade.
+    client_upgrade: Option<OnUpgrade>,
 }
 
 impl<B> Proxy<B>
@@ -131,7 +157,7 @@ where
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
-            .wrap_connector(http);
+            .wrap_connector(http.clone());
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             // The idle timeout needs a timer to be enforced.
@@ -142,11 +168,29 @@ where
         Ok(Proxy {
             inner: Arc::new(ProxyInner {
                 client,
-                connector,
+                connector: Connector {
+                    plain: http,
+                    tls: connector,
+                },
                 upstream,
                 timeout: settings.timeout,
             }),
+            connection: None,
         })
+    }
+
+    /// This proxy for one client connection: `peer` is the connection's
+    /// address (for `X-Forwarded-For`, instead of a [`PeerAddr`] per
+    /// request), and `pair` its own upstream connection, which its
+    /// requests use when it is free.
+    pub fn for_connection(&self, peer: SocketAddr, pair: &PairedUpstream<B>) -> Proxy<B> {
+        Proxy {
+            inner: Arc::clone(&self.inner),
+            connection: Some(ClientConnection {
+                peer,
+                pair: pair.clone(),
+            }),
+        }
     }
 
     /// The upstream.
@@ -154,103 +198,161 @@ where
         &self.inner.upstream
     }
 
-    /// Forwards `request`, answering any failure.
-    async fn forward(self, request: Request<B>) -> Response<ProxyBody> {
-        match self.exchange(request).await {
-            Ok(response) => response,
-            Err(error) => {
-                tracing::warn!(%error, "request answered by the gateway");
-                error.into_response()
-            }
-        }
-    }
-
-    async fn exchange(self, mut request: Request<B>) -> Result<Response<ProxyBody>, ProxyError> {
+    /// Rewrites `request` for the upstream and hands it to the client
+    /// connection's upstream connection when that is free; or why it
+    /// cannot be forwarded. Done as the request comes, not in the
+    /// answer's future (see [`PairedUpstream::try_send`]).
+    fn start(
+        &self,
+        mut request: Request<B>,
+    ) -> Result<Started<impl Future<Output = Answer<B>> + Send + 'static, B>, ProxyError> {
         if request.method() == Method::CONNECT {
             return Err(ProxyError::ConnectMethod);
         }
         let upgrading =
             request.version() == Version::HTTP_11 && hop_by_hop::asks_upgrade(request.headers());
         let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
-        let (mut parts, body) = request.into_parts();
-        let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0.ip());
-        let host = forwarded::client_host(&parts);
+        // Rewritten in place: taking the request apart and putting it
+        // back together moves it twice.
+        let peer = match &self.connection {
+            Some(connection) => Some(connection.peer.ip()),
+            None => request.extensions().get::<PeerAddr>().map(|p| p.0.ip()),
+        };
+        let host = forwarded::client_host(request.headers(), request.uri());
         let upgrade = if upgrading {
             Upgrade::Keep
         } else {
             Upgrade::Remove
         };
-        hop_by_hop::strip(&mut parts.headers, upgrade);
-        if !upgrading && parts.extensions.get::<TrailersWanted>().is_some() {
+        let trailers_wanted = request.extensions().get::<TrailersWanted>().is_some();
+        let headers = request.headers_mut();
+        hop_by_hop::strip(headers, upgrade);
+        if !upgrading && trailers_wanted {
             // The rate-limiting layer reads a trailer of the answer, which
             // an HTTP/1.1 upstream sends only when asked.
-            hop_by_hop::ask_trailers(&mut parts.headers);
+            hop_by_hop::ask_trailers(headers);
         }
-        forwarded::add(&mut parts.headers, peer, host);
-        parts.uri = self.inner.upstream.target(&parts.uri)?;
+        forwarded::add(headers, peer, host);
+        // The origin form, as a connection of our own writes it; the pool
+        // gets the absolute form (see `send`).
+        *request.uri_mut() = self.inner.upstream.origin_form(request.uri())?;
         // The upstream is spoken to in HTTP/1.1 whatever the client spoke.
-        parts.version = Version::HTTP_11;
-        // The client connection's own upstream connection, when it has
-        // one (the gateway's listener gives each); upgrades take the pool,
-        // which hands their connection over.
-        let pair = parts
-            .extensions
-            .remove::<PairedUpstream<B>>()
-            .filter(|_| !upgrading);
+        *request.version_mut() = Version::HTTP_11;
         // Extensions belong to this hop (the server's upgrade handle among
         // them); none are meant for the upstream client.
-        parts.extensions.clear();
-        let request = Request::from_parts(parts, body);
-        let inner = &*self.inner;
-        let mut timer = UpstreamTimer::new(pair.as_ref(), Instant::now() + inner.timeout);
-        let response = match timer.within(self.send(pair, request)).await {
-            Some(answer) => answer?,
-            None => {
-                return Err(ProxyError::Timeout {
-                    upstream: inner.upstream.to_string(),
-                    timeout: inner.timeout,
-                })
-            }
+        request.extensions_mut().clear();
+        // The client connection's own upstream connection, when it has
+        // one; upgrades take the pool, which hands their connection over.
+        let pair = self
+            .connection
+            .as_ref()
+            .filter(|_| !upgrading)
+            .map(|c| c.pair.clone());
+        let attempt = match &pair {
+            Some(pair) => pair.try_send(request),
+            None => Attempt::Declined(Box::new(request)),
         };
-        if let Some(client_upgrade) = client_upgrade {
-            return Ok(upgrade::answer(response, client_upgrade));
-        }
-        let (mut parts, body) = response.into_parts();
-        hop_by_hop::strip(&mut parts.headers, Upgrade::Remove);
-        // The client hears the gateway's HTTP version, not the upstream's:
-        // an HTTP/1.0 upstream must not turn the client's keep-alive
-        // connection into a one-shot one.
-        parts.version = Version::HTTP_11;
-        Ok(Response::from_parts(parts, ProxyBody::upstream(body)))
+        Ok(Started {
+            attempt,
+            pair,
+            client_upgrade,
+        })
     }
 }
 
-impl<B> Proxy<B>
+/// The answer to a started request, or to one that could not start.
+async fn finish<F, B>(
+    inner: Arc<ProxyInner<B>>,
+    started: Result<Started<F, B>, ProxyError>,
+) -> Result<Response<ProxyBody>, Infallible>
 where
+    F: Future<Output = Answer<B>>,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
 {
-    /// Sends `request` on `pair` when it takes it, on the pool otherwise.
-    async fn send(
-        &self,
-        pair: Option<PairedUpstream<B>>,
-        request: Request<B>,
-    ) -> Result<Response<Incoming>, ProxyError> {
-        let inner = &*self.inner;
-        let request = match pair {
-            Some(pair) => match pair.send(request, &inner.connector, &inner.upstream).await {
-                Sent::Answered(answer) => return answer,
-                Sent::Declined(request) => request,
-            },
-            None => request,
-        };
-        // Boxed: the pool's future is large, and this path is the rare one
-        // (tests, upgrades, a busy pair); the common one's state stays
-        // small, which is copied as the request moves through the layers.
-        Box::pin(inner.client.request(request))
-            .await
-            .map_err(|error| ProxyError::from_client(&inner.upstream, &error))
+    let answered = match started {
+        Ok(started) => exchange(&inner, started).await,
+        Err(error) => Err(error),
+    };
+    Ok(match answered {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::warn!(%error, "request answered by the gateway");
+            error.into_response()
+        }
+    })
+}
+
+async fn exchange<F, B>(
+    inner: &ProxyInner<B>,
+    started: Started<F, B>,
+) -> Result<Response<ProxyBody>, ProxyError>
+where
+    F: Future<Output = Answer<B>>,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    let Started {
+        attempt,
+        pair,
+        client_upgrade,
+    } = started;
+    let mut timer = UpstreamTimer::new(pair.as_ref(), Instant::now() + inner.timeout);
+    let response = match timer.within(send(inner, attempt, pair.as_ref())).await {
+        Some(answer) => answer?,
+        None => {
+            return Err(ProxyError::Timeout {
+                upstream: inner.upstream.to_string(),
+                timeout: inner.timeout,
+            })
+        }
+    };
+    if let Some(client_upgrade) = client_upgrade {
+        return Ok(upgrade::answer(response, client_upgrade));
     }
+    let (mut parts, body) = response.into_parts();
+    hop_by_hop::strip(&mut parts.headers, Upgrade::Remove);
+    // The client hears the gateway's HTTP version, not the upstream's:
+    // an HTTP/1.0 upstream must not turn the client's keep-alive
+    // connection into a one-shot one.
+    parts.version = Version::HTTP_11;
+    Ok(Response::from_parts(parts, ProxyBody::upstream(body)))
+}
+
+/// The upstream's answer to a request the pair took, or the pool's to one
+/// it declined.
+async fn send<F, B>(
+    inner: &ProxyInner<B>,
+    attempt: Attempt<F, B>,
+    pair: Option<&PairedUpstream<B>>,
+) -> Result<Response<Incoming>, ProxyError>
+where
+    F: Future<Output = Answer<B>>,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    let sent = match (attempt, pair) {
+        (Attempt::Sending(answer), _) => answered(answer.await, &inner.upstream),
+        (Attempt::Connect(request), Some(pair)) => {
+            // Boxed: connecting is once per client connection, and its
+            // future is large.
+            Box::pin(pair.connect_and_send(*request, &inner.connector, &inner.upstream)).await
+        }
+        (Attempt::Declined(request) | Attempt::Connect(request), _) => Sent::Declined(*request),
+    };
+    let mut request = match sent {
+        Sent::Answered(answer) => return answer,
+        Sent::Declined(request) => request,
+    };
+    // The pool writes the target in origin form itself, from the
+    // absolute form it routes by.
+    *request.uri_mut() = inner.upstream.absolute(request.uri())?;
+    // Boxed: the pool's future is large, and this path is the rare one
+    // (tests, upgrades, a busy pair); the common one's state stays
+    // small.
+    Box::pin(inner.client.request(request))
+        .await
+        .map_err(|error| ProxyError::from_client(&inner.upstream, &error))
 }
 
 impl<B> tower::Service<Request<B>> for Proxy<B>
@@ -269,7 +371,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> ProxyFuture {
-        let proxy = self.clone();
-        Box::pin(async move { Ok(proxy.forward(request).await) })
+        let started = self.start(request);
+        Box::pin(finish(Arc::clone(&self.inner), started))
     }
 }

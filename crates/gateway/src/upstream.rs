@@ -146,6 +146,14 @@ impl Upstream {
     /// not the upstream). An asterisk-form target (`OPTIONS *`) keeps its
     /// `*` when the upstream has no base path.
     pub fn target(&self, target: &Uri) -> Result<Uri, InvalidTarget> {
+        self.absolute(&self.origin_form(target)?)
+    }
+
+    /// The origin form (`/base/path?query`, or `*`) of the target a
+    /// request for `target` goes to, as [`Upstream::target`] without the
+    /// scheme and authority: what is written on a connection to the
+    /// upstream.
+    pub fn origin_form(&self, target: &Uri) -> Result<Uri, InvalidTarget> {
         let invalid = || InvalidTarget(target.to_string());
         let path_and_query = match target.path_and_query() {
             // Without a base path the request's own path and query are
@@ -163,12 +171,22 @@ impl Upstream {
                 PathAndQuery::from_maybe_shared(format!("{}/", self.base)).map_err(|_| invalid())?
             }
         };
+        Ok(Uri::from(path_and_query))
+    }
+
+    /// `origin_form` (from [`Upstream::origin_form`]) made absolute on the
+    /// upstream, as the connection pool wants it.
+    pub fn absolute(&self, origin_form: &Uri) -> Result<Uri, InvalidTarget> {
+        let path_and_query = origin_form
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
         Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(path_and_query)
             .build()
-            .map_err(|_| invalid())
+            .map_err(|_| InvalidTarget(origin_form.to_string()))
     }
 }
 
@@ -209,6 +227,31 @@ mod tests {
         assert_eq!(
             target(&based, "http://gateway:8000/v1"),
             "http://up.internal/api/v1"
+        );
+    }
+
+    #[test]
+    fn the_origin_form_is_the_target_without_scheme_and_authority() {
+        for (base, target) in [
+            ("http://up:1", "/a/b?x=1"),
+            ("http://up:1/api/", "/v1?q"),
+            ("http://up:1/api", "http://gateway:8000/v1"),
+            ("http://up:1", "*"),
+        ] {
+            let upstream = upstream(base);
+            let target: Uri = target.parse().unwrap();
+            let origin = upstream.origin_form(&target).unwrap();
+            assert!(origin.scheme().is_none() && origin.authority().is_none());
+            assert_eq!(
+                upstream.absolute(&origin).unwrap(),
+                upstream.target(&target).unwrap()
+            );
+        }
+        assert_eq!(
+            upstream("http://up:1/api/")
+                .origin_form(&"/v1?q".parse().unwrap())
+                .unwrap(),
+            "/api/v1?q"
         );
     }
 

@@ -205,6 +205,16 @@ pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
 /// The client IP of a request, or `None` when the connection's address is
 /// not known (see [`peer_addr`]).
 pub fn client_ip(parts: &Parts, trusted: &TrustedProxies) -> Option<IpAddr> {
-    let peer = peer_addr(parts)?;
+    client_ip_or(parts, None, trusted)
+}
+
+/// [`client_ip`], with `peer` as the connection's address when the request
+/// carries none.
+pub(crate) fn client_ip_or(
+    parts: &Parts,
+    peer: Option<SocketAddr>,
+    trusted: &TrustedProxies,
+) -> Option<IpAddr> {
+    let peer = peer_addr(parts).or(peer)?;
     Some(trusted.client_ip(peer.ip(), &parts.headers))
 }

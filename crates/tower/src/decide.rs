@@ -6,6 +6,7 @@
 //! decision service.
 
 use std::cell::OnceCell;
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use http::request::Parts;
@@ -14,7 +15,7 @@ use tollgate_rules::check::Plan;
 use tollgate_rules::overrides::Found;
 use tollgate_rules::{Action, OnMissing, RuleSet};
 
-use crate::client_ip::client_ip;
+use crate::client_ip::client_ip_or;
 use crate::cost::{ChargePlan, Counted};
 use crate::descriptors::RequestView;
 use crate::inline::{InlinePolicy, INLINE_KEY_PREFIX};
@@ -51,6 +52,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
     found: &'r mut Found,
     domain_name: &str,
     parts: &Parts,
+    peer: Option<SocketAddr>,
 ) -> Step<'r> {
     let Some(domain) = rules.domain(domain_name) else {
         return Step::Forward;
@@ -58,7 +60,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
     // The client address, found once if a route's match or descriptors
     // need it: matching uses the address itself, keys its network.
     let client = OnceCell::new();
-    let client_address = || *client.get_or_init(|| client_ip(parts, &shared.trusted));
+    let client_address = || *client.get_or_init(|| client_ip_or(parts, peer, &shared.trusted));
     let Some(route) = route::select(domain, parts, client_address).filter(|r| r.enabled) else {
         return Step::Forward;
     };
@@ -154,12 +156,13 @@ pub(crate) async fn by_inline<'r, St: Store>(
     shared: &Shared<St>,
     inline: &'r InlinePolicy,
     parts: &Parts,
+    peer: Option<SocketAddr>,
 ) -> Step<'r> {
     let started = shared.observer.as_ref().map(|_| Instant::now());
     let mut key = Vec::with_capacity(64);
     key.push(INLINE_KEY_PREFIX);
-    let grouped =
-        client_ip(parts, &shared.trusted).map(|ip| shared.settings.address_grouping.group(ip));
+    let grouped = client_ip_or(parts, peer, &shared.trusted)
+        .map(|ip| shared.settings.address_grouping.group(ip));
     if !inline.key.extract(parts, grouped, &mut key) {
         return Step::Forward;
     }

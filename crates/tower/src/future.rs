@@ -8,6 +8,7 @@
 //! headers and hand the leases to the response body.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -62,6 +63,7 @@ impl<R, E> std::fmt::Debug for ResponseFuture<R, E> {
 pub(crate) async fn respond<S, St, B, R>(
     shared: Arc<Shared<St>>,
     mut inner: S,
+    peer: Option<SocketAddr>,
     request: Request<B>,
 ) -> Result<Response<RateLimitBody<R>>, S::Error>
 where
@@ -82,9 +84,9 @@ where
     let mut found = Found::EMPTY;
     let step = match (&shared.policy, &loaded) {
         (Policy::Rules { domain, .. }, Some(rules)) => {
-            decide::by_rules(&shared, rules, &mut found, domain, &parts).await
+            decide::by_rules(&shared, rules, &mut found, domain, &parts, peer).await
         }
-        (Policy::Inline(inline), _) => decide::by_inline(&shared, inline, &parts).await,
+        (Policy::Inline(inline), _) => decide::by_inline(&shared, inline, &parts, peer).await,
         (Policy::Rules { .. }, None) => Step::Forward,
     };
     let ruling = match step {

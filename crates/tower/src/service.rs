@@ -1,6 +1,7 @@
 //! [`RateLimitService`]: the service [`RateLimitLayer`](crate::RateLimitLayer)
 //! wraps around an HTTP service, and the state its requests share.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -149,16 +150,43 @@ impl<St: Store> Releaser for Shared<St> {
 pub struct RateLimitService<S, St> {
     inner: S,
     shared: Arc<Shared<St>>,
+    /// The address of the connection this service serves, if it was made
+    /// for one.
+    peer: Option<SocketAddr>,
 }
 
 impl<S, St> RateLimitService<S, St> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
-        RateLimitService { inner, shared }
+        RateLimitService {
+            inner,
+            shared,
+            peer: None,
+        }
     }
 
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The same limits (store, rules, settings, observer) around `inner`:
+    /// for a server that makes a service per connection.
+    pub fn with_inner<T>(&self, inner: T) -> RateLimitService<T, St> {
+        RateLimitService {
+            inner,
+            shared: Arc::clone(&self.shared),
+            peer: self.peer,
+        }
+    }
+
+    /// This service for the connection from `peer`: its requests' client
+    /// address is `peer` (or, when `peer` is a trusted proxy, read from
+    /// the forwarding header) when they carry no [`PeerAddr`](crate::PeerAddr)
+    /// of their own. A server that makes a service per connection tells
+    /// it the address once, rather than in every request's extensions.
+    pub fn with_peer(mut self, peer: SocketAddr) -> Self {
+        self.peer = Some(peer);
+        self
     }
 }
 
@@ -167,6 +195,7 @@ impl<S: Clone, St> Clone for RateLimitService<S, St> {
         RateLimitService {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            peer: self.peer,
         }
     }
 }
@@ -204,6 +233,7 @@ where
         ResponseFuture::new(respond(
             Arc::clone(&self.shared),
             self.inner.clone(),
+            self.peer,
             request,
         ))
     }

@@ -263,3 +263,43 @@ descriptors:
     let known = request("198.51.100.1:1", "/");
     assert_eq!(s.clone().oneshot(known).await.unwrap().status(), 429);
 }
+
+#[tokio::test]
+async fn a_service_made_for_a_connection_takes_its_address_as_the_peer() {
+    let recorder = Recorder::default();
+    let layer = RateLimitLayer::from_rules(store(), rules(EDGE), "edge")
+        .with_trusted_proxies("10.0.0.0/8".parse().unwrap())
+        .with_observer(recorder.clone());
+    let blocked = layer
+        .layer(service_fn(ok))
+        .with_peer("203.0.113.9:4000".parse().unwrap());
+    // No PeerAddr in the request: the connection's address decides.
+    let bare = || Request::builder().uri("/").body(Full::default()).unwrap();
+    assert_eq!(blocked.clone().oneshot(bare()).await.unwrap().status(), 429);
+    assert_eq!(recorder.take()[0].route.as_deref(), Some("blocked"));
+    // A request's own PeerAddr still comes first.
+    let exempt = request("198.51.100.1:1", "/");
+    assert_eq!(blocked.clone().oneshot(exempt).await.unwrap().status(), 200);
+    assert!(recorder.take().is_empty());
+    // Behind a trusted proxy, the forwarding header tells the client, and
+    // a service made around another inner service keeps the address.
+    let proxied = layer
+        .layer(service_fn(ok::<Full<Bytes>>))
+        .with_peer("10.1.1.1:4000".parse().unwrap())
+        .with_inner(service_fn(ok::<Full<Bytes>>));
+    let from_blocked = Request::builder()
+        .uri("/")
+        .header("x-forwarded-for", "203.0.113.5")
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(
+        proxied
+            .clone()
+            .oneshot(from_blocked)
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    assert_eq!(recorder.take()[0].route.as_deref(), Some("blocked"));
+}
