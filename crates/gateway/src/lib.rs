@@ -12,7 +12,7 @@
 //! which answers them the same way:
 //!
 //! ```text
-//! listener::run ── PeerAddr ──▶ [rate-limiting layer] ──▶ Proxy ──▶ upstream
+//! listener::run ── per connection ──▶ [rate-limiting layer] ──▶ Proxy ──▶ upstream
 //! ```
 //!
 //! # Layout
@@ -29,7 +29,9 @@
 //! - `error`: [`ProxyError`], the one place failures become statuses and
 //!   problem details.
 //! - `listener`: [`run`], the accept loop (`tollgate_listener`'s, with the
-//!   connection cap and timeouts) and [`RequestBody`].
+//!   connection cap and timeouts), [`PerConnection`] (the service made for
+//!   each client connection, told its address and given its upstream
+//!   pair) and [`RequestBody`].
 //! - `paired`: [`PairedUpstream`], a client connection's own upstream
 //!   connection, driven in its task.
 
