@@ -1,9 +1,12 @@
-//! The idle clock of a connection: [`ActiveIo`] marks the time whenever a
-//! byte moves either way, and [`Activity`] tells when that last happened.
+//! The clocks of a connection: [`ActiveIo`] marks the time whenever a
+//! byte moves either way, and [`Activity`] tells when that last happened
+//! (the idle timeout) and since when the connection has been waiting for
+//! a request head (the header read timeout, see [`Answering`]).
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,31 +14,112 @@ use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-/// When a connection last moved a byte.
+/// When a connection last moved a byte, and whether it is waiting for a
+/// request head.
 #[derive(Debug)]
 pub(crate) struct Activity {
     origin: Instant,
     /// Nanoseconds from `origin` to the last byte moved.
     last: AtomicU64,
+    /// HTTP/1 requests being answered (from their head to the end of
+    /// their answer): at most one, as HTTP/1 reads the next head only
+    /// once the answer is sent. None: the connection waits for a head.
+    answering: AtomicU32,
+    /// Nanoseconds from `origin` to when the connection last started
+    /// waiting for a head: its start, or the end of its last answer.
+    waiting_since: AtomicU64,
+    /// Whether the wait for a head is timed: it is until the connection
+    /// turns out to speak HTTP/2, whose streams are not HTTP/1 heads.
+    heads_timed: AtomicBool,
 }
 
 impl Activity {
-    /// A clock started now, as if a byte had just moved.
-    pub(crate) fn new() -> Activity {
+    /// A clock started now, as if a byte had just moved; `heads_timed`
+    /// when the connection may speak HTTP/1.
+    pub(crate) fn new(heads_timed: bool) -> Activity {
         Activity {
             origin: Instant::now(),
             last: AtomicU64::new(0),
+            answering: AtomicU32::new(0),
+            waiting_since: AtomicU64::new(0),
+            heads_timed: AtomicBool::new(heads_timed),
         }
     }
 
+    fn since_origin(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
     fn touch(&self) {
-        let since = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.last.store(since, Ordering::Relaxed);
+        self.last.store(self.since_origin(), Ordering::Relaxed);
     }
 
     /// When the last byte moved.
     pub(crate) fn last(&self) -> Instant {
         self.origin + Duration::from_nanos(self.last.load(Ordering::Relaxed))
+    }
+
+    /// Where the connection's head clock stands, with heads due `timeout`
+    /// after the connection starts waiting for them.
+    pub(crate) fn head_clock(&self, timeout: Duration) -> HeadClock {
+        if !self.heads_timed.load(Ordering::Relaxed) {
+            return HeadClock::Untimed;
+        }
+        if self.answering.load(Ordering::Acquire) > 0 {
+            return HeadClock::Answering;
+        }
+        let since = Duration::from_nanos(self.waiting_since.load(Ordering::Acquire));
+        HeadClock::Due(self.origin + since + timeout)
+    }
+
+    /// The connection speaks HTTP/2: its heads are no longer timed.
+    pub(crate) fn untime_heads(&self) {
+        self.heads_timed.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Where a connection's head clock stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeadClock {
+    /// Heads are not timed: the connection speaks HTTP/2.
+    Untimed,
+    /// A request is being answered: no head is due until its answer ends.
+    Answering,
+    /// The connection waits for a head, due by then.
+    Due(Instant),
+}
+
+/// A request of an HTTP/1 connection being answered, from its head to the
+/// end of its answer (when the answer's body is dropped, hyper having
+/// taken all of it, or the request is dropped unanswered): meanwhile the
+/// connection waits for no head; after, it does again, from then.
+///
+/// This is the header read timeout on the connection's one timer (the
+/// idle timer, which [`serve`](crate::serve) also wakes for the head's
+/// deadline) rather than a timer per request, as hyper's own timeout
+/// makes: registering and removing that timer cost about 900
+/// instructions on each request.
+#[derive(Debug)]
+pub(crate) struct Answering {
+    activity: Arc<Activity>,
+}
+
+impl Answering {
+    pub(crate) fn new(activity: &Arc<Activity>) -> Answering {
+        activity.answering.fetch_add(1, Ordering::AcqRel);
+        Answering {
+            activity: Arc::clone(activity),
+        }
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        let activity = &self.activity;
+        activity
+            .waiting_since
+            .store(activity.since_origin(), Ordering::Release);
+        activity.answering.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -47,13 +131,13 @@ pin_project! {
     pub(crate) struct ActiveIo<T, H> {
         #[pin]
         inner: T,
-        activity: std::sync::Arc<Activity>,
+        activity: Arc<Activity>,
         held: H,
     }
 }
 
 impl<T, H> ActiveIo<T, H> {
-    pub(crate) fn new(inner: T, activity: std::sync::Arc<Activity>, held: H) -> ActiveIo<T, H> {
+    pub(crate) fn new(inner: T, activity: Arc<Activity>, held: H) -> ActiveIo<T, H> {
         ActiveIo {
             inner,
             activity,

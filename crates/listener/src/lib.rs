@@ -10,7 +10,12 @@
 //!   [`ConnectionObserver`]), so that a flood of connections cannot take
 //!   every file descriptor the process may have, and the connections
 //!   already open go on being served;
-//! - **a bounded request head** (HTTP/1): hyper's own header read timeout;
+//! - **a bounded request head** (HTTP/1): a connection that has waited
+//!   the header read timeout for a request head — from its start, or from
+//!   the end of its last answer — is closed, whether nothing came or a
+//!   head a byte at a time; the clock runs on the connection's idle timer,
+//!   not a timer per request (an HTTP/2 connection is not timed so once
+//!   its first request shows the protocol);
 //! - **a bounded body read**: every request body is a [`TimedBody`], which
 //!   fails with [`BodyTimeout`] when the client sends nothing more for the
 //!   body read timeout; the service decides what to answer (`408`);
@@ -25,8 +30,8 @@
 //!
 //! - `settings`: [`ConnectionSettings`] and the defaults.
 //! - `body`: [`TimedBody`] and [`BodyTimeout`].
-//! - `activity`: the byte-moving clock of a connection, for the idle
-//!   timeout.
+//! - `activity`: the clocks of a connection: bytes moving (the idle
+//!   timeout) and waiting for a head (the header read timeout).
 //! - `observer`: [`ConnectionObserver`], where connections are counted.
 //! - `serve`: [`serve`], the loop.
 

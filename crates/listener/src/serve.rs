@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::activity::{ActiveIo, Activity};
+use crate::activity::{ActiveIo, Activity, HeadClock};
 use crate::body::TimedBody;
 use crate::observer::ConnectionObserver;
 use crate::service::Served;
@@ -77,10 +77,12 @@ where
     // to hyper's 400 KiB limit per connection): one `write` per answer
     // measured faster than hyper's default vectored writes
     // (docs/benchmarks.md, "Gateway").
+    // The head's timeout is the listener's own, on the connection's idle
+    // timer (see `drive`): hyper's makes a timer for every request.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout)
+        .header_read_timeout(None)
         .writev(false);
     builder.http2().timer(TokioTimer::new());
     if protocols == Protocols::Http2 {
@@ -113,22 +115,26 @@ where
         let open = Open::new(permit, Arc::clone(&observer));
         // Small answers are not held back to fill a packet.
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(protocols != Protocols::Http2));
         let io = TokioIo::new(ActiveIo::new(stream, Arc::clone(&activity), open));
         let (service, companion) = connect(peer);
         let body_read_timeout = settings.body_read_timeout;
         let service = Served {
             service,
             body_read_timeout,
+            activity: Arc::clone(&activity),
         };
         let connection = builder
             .serve_connection_with_upgrades(io, service)
             .into_owned();
         let stopping = stopping.clone();
-        let idle_timeout = settings.idle_timeout;
+        let timeouts = Timeouts {
+            idle: settings.idle_timeout,
+            head: settings.header_read_timeout,
+        };
         tokio::spawn(async move {
             tokio::select! {
-                served = drive(connection, &activity, idle_timeout, stopping) => {
+                served = drive(connection, &activity, timeouts, stopping) => {
                     if let Err(error) = served {
                         tracing::debug!(%peer, %error, "connection ended with an error");
                     }
@@ -148,29 +154,47 @@ where
     Ok(())
 }
 
+/// The timeouts [`drive`] enforces.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    /// No byte moved either way for this long: shut down.
+    idle: Duration,
+    /// An HTTP/1 connection waited this long for a request head (from its
+    /// start or the end of its last answer): closed.
+    head: Duration,
+}
+
 /// Serves `connection` until it ends; shuts it down gracefully when no
-/// byte has moved for `idle_timeout`, or when `stopping` turns true; and
-/// drops it when, shut down gracefully, it still moves no byte for another
-/// `idle_timeout` (a client that never finished an HTTP/2 handshake, or
-/// never reads its answer).
+/// byte has moved for the idle timeout, or when `stopping` turns true;
+/// drops it when, shut down gracefully, it still moves no byte for
+/// another idle timeout (a client that never finished an HTTP/2
+/// handshake, or never reads its answer); and drops it when, speaking
+/// HTTP/1, it waited the head timeout for a request head (a client that
+/// sends nothing, or its head a byte at a time, or nothing after an
+/// answer).
 ///
 /// The connection's task is woken several times per request (the client's
 /// bytes, the upstream's, hyper's own channels), and each wake-up polls
-/// this future. The idle timer and the shutdown signal are polled only
+/// this future. The timer and the shutdown signal are polled only
 /// when they may have something to say — the timer has fired, the signal
 /// has changed, or the task's waker is not the one they hold — rather than
 /// on every wake-up: a `select!` over the three polled all of them each
 /// time, which cost about 2,000 instructions per proxied request (the
 /// timer's state and the signal's lock; docs/benchmarks.md, "Gateway").
+///
+/// One timer serves both deadlines, the idle one and the head's, and is
+/// never moved as they move later: when it fires, the deadlines are read
+/// again, and it is set to the nearer one if neither has passed.
 async fn drive<C>(
     connection: C,
     activity: &Activity,
-    idle_timeout: Duration,
+    timeouts: Timeouts,
     stopping: watch::Receiver<bool>,
 ) -> Result<(), BoxError>
 where
     C: GracefulConnection<Error = BoxError>,
 {
+    let idle_timeout = timeouts.idle;
     let mut connection = pin!(connection);
     // Read without waiting: whether the signal changed since the
     // connection started (or its sender is gone).
@@ -180,11 +204,24 @@ where
     let mut stopped = pin!(async move {
         let _ = stopping.wait_for(|&s| s).await;
     });
-    let mut idle = pin!(tokio::time::sleep_until(activity.last() + idle_timeout));
+    // When the timer is next due at `now`, with the idle deadline `idle`:
+    // then, or when a head is due if sooner; while a request is being
+    // answered, no later than a head timeout from now, the soonest a head
+    // can be due once its answer ends.
+    let due = |idle: Instant, now: Instant| match activity.head_clock(timeouts.head) {
+        HeadClock::Untimed => idle,
+        HeadClock::Answering => idle.min(now + timeouts.head),
+        HeadClock::Due(head) => idle.min(head),
+    };
+    let started = Instant::now();
+    let mut timer = pin!(tokio::time::sleep_until(due(
+        activity.last() + idle_timeout,
+        started
+    )));
     // The waker the signal and the timer were last polled with, and so
     // will wake.
     let mut stop_waker: Option<Waker> = None;
-    let mut idle_waker: Option<Waker> = None;
+    let mut timer_waker: Option<Waker> = None;
     // Since when the connection is being shut down gracefully.
     let mut closing: Option<Instant> = None;
     std::future::poll_fn(move |cx| loop {
@@ -198,17 +235,19 @@ where
                 connection.as_mut().graceful_shutdown();
                 let now = Instant::now();
                 closing = Some(now);
-                idle.as_mut().reset(activity.last().max(now) + idle_timeout);
-                idle_waker = None;
+                timer
+                    .as_mut()
+                    .reset(activity.last().max(now) + idle_timeout);
+                timer_waker = None;
                 continue;
             }
             stop_waker = Some(cx.waker().clone());
         }
-        if holds(idle_waker.as_ref(), cx) && !idle.is_elapsed() {
+        if holds(timer_waker.as_ref(), cx) && !timer.is_elapsed() {
             return Poll::Pending;
         }
-        if idle.as_mut().poll(cx).is_pending() {
-            idle_waker = Some(cx.waker().clone());
+        if timer.as_mut().poll(cx).is_pending() {
+            timer_waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
         let quiet_since = match closing {
@@ -217,9 +256,17 @@ where
         };
         let now = Instant::now();
         // A timer that fired holds no waker: polled again below.
-        idle_waker = None;
-        if quiet_since + idle_timeout > now {
-            idle.as_mut().reset(quiet_since + idle_timeout);
+        timer_waker = None;
+        if matches!(activity.head_clock(timeouts.head), HeadClock::Due(head) if head <= now) {
+            tracing::debug!(
+                "closing a connection that sent no request head within {:?}",
+                timeouts.head
+            );
+            return Poll::Ready(Ok(()));
+        }
+        let idle = quiet_since + idle_timeout;
+        if idle > now {
+            timer.as_mut().reset(due(idle, now));
             continue;
         }
         if closing.is_some() {
@@ -229,7 +276,7 @@ where
         tracing::debug!("closing a connection idle for {idle_timeout:?}");
         connection.as_mut().graceful_shutdown();
         closing = Some(now);
-        idle.as_mut().reset(now + idle_timeout);
+        timer.as_mut().reset(due(now + idle_timeout, now));
     })
     .await
 }
@@ -300,6 +347,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let service = tower::service_fn(|request: Request<TimedBody<Incoming>>| async {
+            // An answer that takes longer than the head timeout of the
+            // tests, not the idle one.
+            if request.uri().path() == "/slow" {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+            }
             let answer = match request.into_body().collect().await {
                 Ok(body) => {
                     Response::new(Full::new(Bytes::from(body.to_bytes().len().to_string())))
@@ -345,6 +397,107 @@ mod tests {
         let answer = until_closed(&mut stream).await;
         assert!(started.elapsed() >= crate::DEFAULT_HEADER_READ_TIMEOUT);
         assert!(!answer.starts_with(b"HTTP/1.1 200"));
+    }
+
+    /// Keeps paused time from leaping while the runtime waits for a
+    /// socket: tokio advances a paused clock to the next timer whenever
+    /// it has nothing to run, and with a connection's deadline next, a
+    /// round trip over loopback could take that long. With a timer every
+    /// 100 ms, no leap is longer.
+    fn tick_steadily() {
+        tokio::spawn(async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+
+    /// Settings with a head timeout of 10 s, shorter than the idle
+    /// timeout (20 s), so that what closes a connection tells which.
+    fn head_settings() -> ConnectionSettings {
+        ConnectionSettings {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(20),
+            ..ConnectionSettings::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_sent_a_byte_at_a_time_is_cut_off() {
+        tick_steadily();
+        let address = start(head_settings(), Arc::default()).await;
+        let stream = TcpStream::connect(address).await.unwrap();
+        let (mut read, mut write) = stream.into_split();
+        let started = tokio::time::Instant::now();
+        // A byte every 2 s: the idle timeout never passes.
+        tokio::spawn(async move {
+            write.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+            for _ in 0..1000 {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                if write.write_all(b"X").await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut answer = Vec::new();
+        let _ = read.read_to_end(&mut answer).await;
+        let took = started.elapsed();
+        assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+        assert!(took >= Duration::from_secs(10), "{took:?}");
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_head_is_due_a_head_timeout_after_an_answer() {
+        tick_steadily();
+        let address = start(head_settings(), Arc::default()).await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        // The first answer comes long after the head timeout: a request
+        // being answered is not timed.
+        let slow = exchange(
+            &mut stream,
+            b"POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nab",
+        )
+        .await;
+        assert!(slow.ends_with("\r\n\r\n2"), "{slow}");
+        // The next head is due 10 s after that answer: with nothing sent,
+        // the connection is closed then, before the idle timeout would
+        // have closed it.
+        let waiting = tokio::time::Instant::now();
+        assert!(until_closed(&mut stream).await.is_empty());
+        let took = waiting.elapsed();
+        assert!(took >= Duration::from_secs(10), "{took:?}");
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+
+    /// In real time: paused time leaps ahead while an HTTP/2 exchange
+    /// waits on its sockets. The pause between the requests is the time
+    /// under test, past the head timeout; a slow machine only makes it
+    /// longer, and the idle timeout is far beyond it.
+    #[tokio::test]
+    async fn http2_connections_are_not_timed_between_requests() {
+        let settings = ConnectionSettings {
+            header_read_timeout: Duration::from_millis(500),
+            idle_timeout: Duration::from_secs(600),
+            ..ConnectionSettings::default()
+        };
+        let address = start(settings, Arc::default()).await;
+        let stream = TcpStream::connect(address).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        for pause in [0, 1500] {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let request = Request::post("http://t/")
+                .body(Full::new(Bytes::from_static(b"abc")))
+                .unwrap();
+            let answer = sender.send_request(request).await.unwrap();
+            assert_eq!(answer.status(), 200);
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"3");
+        }
     }
 
     #[tokio::test(start_paused = true)]

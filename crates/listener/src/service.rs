@@ -9,16 +9,23 @@
 //! comes; a service that is ready (every service of this project always
 //! is) is called at once, so the future is the service's own. A service
 //! that is not ready still gets its readiness awaited, in the future.
+//!
+//! Each HTTP/1 request is also marked as being answered ([`Answering`])
+//! from its head until its answer's body is done: the connection's head
+//! clock runs only between answers.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use http::Request;
+use http::{Request, Response, Version};
+use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 
+use crate::activity::{Activity, Answering};
 use crate::body::TimedBody;
 use crate::BoxError;
 
@@ -27,23 +34,91 @@ use crate::BoxError;
 pub(crate) struct Served<S> {
     pub(crate) service: S,
     pub(crate) body_read_timeout: Duration,
+    /// The connection's clocks.
+    pub(crate) activity: Arc<Activity>,
 }
 
-impl<S> hyper::service::Service<Request<Incoming>> for Served<S>
+impl<S, B> hyper::service::Service<Request<Incoming>> for Served<S>
 where
-    S: tower::Service<Request<TimedBody<Incoming>>> + Clone,
+    S: tower::Service<Request<TimedBody<Incoming>>, Response = Response<B>> + Clone,
     S::Error: Into<BoxError>,
 {
-    type Response = S::Response;
+    type Response = Response<AnswerBody<B>>;
     type Error = BoxError;
-    type Future = Calling<S, Request<TimedBody<Incoming>>>;
+    type Future = Answered<Calling<S, Request<TimedBody<Incoming>>>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let answering = if request.version() == Version::HTTP_2 {
+            self.activity.untime_heads();
+            None
+        } else {
+            Some(Answering::new(&self.activity))
+        };
         let timeout = self.body_read_timeout;
-        start(
-            &self.service,
-            request.map(|body| TimedBody::new(body, timeout)),
-        )
+        Answered {
+            calling: start(
+                &self.service,
+                request.map(|body| TimedBody::new(body, timeout)),
+            ),
+            answering,
+        }
+    }
+}
+
+pin_project! {
+    /// The answer to one request, which holds the request's
+    /// [`Answering`] and hands it to the answer's body.
+    pub(crate) struct Answered<F> {
+        #[pin]
+        calling: F,
+        answering: Option<Answering>,
+    }
+}
+
+impl<F, B> Future for Answered<F>
+where
+    F: Future<Output = Result<Response<B>, BoxError>>,
+{
+    type Output = Result<Response<AnswerBody<B>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.calling.poll(cx))?;
+        let answering = this.answering.take();
+        Poll::Ready(Ok(response.map(|inner| AnswerBody { inner, answering })))
+    }
+}
+
+pin_project! {
+    /// An answer's body, holding its request's [`Answering`] until hyper
+    /// drops it, having sent all of it (or given up on the connection).
+    pub(crate) struct AnswerBody<B> {
+        #[pin]
+        inner: B,
+        answering: Option<Answering>,
+    }
+}
+
+impl<B: Body> Body for AnswerBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

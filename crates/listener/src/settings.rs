@@ -26,10 +26,11 @@ const HEADROOM: u64 = 256;
 /// What one listener allows its clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionSettings {
-    /// Longest time to receive an HTTP/1 request head; the wait for the
-    /// next request on a keep-alive connection counts too (hyper starts
-    /// this clock as soon as it waits for a head). Then the connection is
-    /// closed (with a `408` when part of a head came).
+    /// Longest time an HTTP/1 connection waits for a request head: from
+    /// its start, and from the end of each answer (the wait for the next
+    /// request on a keep-alive connection counts too). Then the
+    /// connection is closed, with no answer, whether part of a head came
+    /// or none. An HTTP/2 connection's requests are not timed so.
     pub header_read_timeout: Duration,
     /// Longest pause in a request body: when no part of it arrives for
     /// this long, reading it fails with [`BodyTimeout`](crate::BodyTimeout).
