@@ -253,14 +253,20 @@ where
     pub(crate) fn try_send(
         &self,
         request: Request<B>,
-    ) -> Attempt<impl Future<Output = Answer<B>> + Send + 'static, B> {
+    ) -> Attempt<Pin<Box<impl Future<Output = Answer<B>> + Send + 'static>>, B> {
         let mut pairing = self.pairing.lock();
         if pairing.sender.as_ref().is_some_and(SendRequest::is_closed) {
             pairing.sender = None;
         }
         let connecting = pairing.connecting;
         match pairing.sender.as_mut() {
-            Some(sender) if sender.is_ready() => Attempt::Sending(sender.try_send_request(request)),
+            // Boxed at once: hyper's future holds the request until it is
+            // answered (to hand it back if the connection closed), a few
+            // hundred bytes that the steps of the answer's future would
+            // otherwise move from one to the next.
+            Some(sender) if sender.is_ready() => {
+                Attempt::Sending(Box::pin(sender.try_send_request(request)))
+            }
             Some(_) => Attempt::Declined(Box::new(request)),
             None if connecting => Attempt::Declined(Box::new(request)),
             None => {
