@@ -28,7 +28,9 @@
 //! [`Outcome`] into JSON, protobuf or HTTP headers and feed their own
 //! metrics from its per-descriptor results. The outcome types are
 //! `outcome`; [`DescriptorRules`] finds the rules for a caller that decides
-//! descriptors one by one (the Envoy API), as a [`Plan`] would.
+//! descriptors one by one (the Envoy API), as a [`Plan`] would;
+//! [`OneLimit`] says when a request is decided by one limit alone, so a
+//! front door can ask the store without a plan.
 
 use std::borrow::Cow;
 
@@ -42,9 +44,11 @@ use crate::rule::Rule;
 use crate::ruleset::RuleSet;
 
 mod descriptor_rules;
+mod one_limit;
 mod outcome;
 
 pub use descriptor_rules::DescriptorRules;
+pub use one_limit::OneLimit;
 pub use outcome::{denied, limit_name, AppliedLimit, DescriptorOutcome, Outcome};
 
 /// Store keys of rules counters start with this byte (inline keys start

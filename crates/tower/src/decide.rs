@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use http::request::Parts;
 use tollgate_core::{AlgorithmName, LimitKey, Moment, Store};
-use tollgate_rules::check::Plan;
+use tollgate_rules::check::{OneLimit, Plan};
 use tollgate_rules::overrides::Found;
-use tollgate_rules::{Action, OnMissing, RuleSet};
+use tollgate_rules::{Action, Descriptor, Domain, OnMissing, Route, RuleSet};
 
 use crate::client_ip::client_ip_or;
 use crate::cost::{ChargePlan, Counted};
@@ -25,6 +25,9 @@ use crate::service::Shared;
 use crate::shaping::Shaping;
 
 /// What happens to a request next.
+// `Ruled` is by far the most common step: boxing it to even the sizes out
+// would allocate on every decided request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Step<'r> {
     /// No check applies (no route, a disabled route, no descriptor, an
     /// unknown domain): on to the inner service as it is.
@@ -66,21 +69,31 @@ pub(crate) async fn by_rules<'r, St: Store>(
     };
     let shadow = shared.settings.shadow || route.shadow;
     let started = shared.observer.as_ref().map(|_| Instant::now());
-    let plan = {
-        let needs_ip = route
-            .descriptors
-            .iter()
+    let charging = route.cost.settles() || route.count_if.is_some();
+    let needs_ip = route
+        .descriptors
+        .iter()
+        .flatten()
+        .any(|a| *a == Action::RemoteAddress);
+    let view = RequestView {
+        parts,
+        // Keys hold the client's network, not its address.
+        client_ip: needs_ip
+            .then(client_address)
             .flatten()
-            .any(|a| *a == Action::RemoteAddress);
-        let view = RequestView {
-            parts,
-            // Keys hold the client's network, not its address.
-            client_ip: needs_ip
-                .then(client_address)
-                .flatten()
-                .map(|ip| shared.settings.address_grouping.group(ip)),
-            max_value_bytes: shared.settings.max_value_bytes,
-        };
+            .map(|ip| shared.settings.address_grouping.group(ip)),
+        max_value_bytes: shared.settings.max_value_bytes,
+    };
+    // The common case, one descriptor decided by one limit, without a
+    // plan's lists; anything else (an override, shadow, a response cost, a
+    // missing value) through the plan.
+    let plain = !shadow && !charging && shared.overrides.as_ref().is_none_or(|t| t.is_empty());
+    if let (true, [actions]) = (plain, route.descriptors.as_slice()) {
+        if let Some((one, key)) = one_limit(domain, &view, actions, shared.settings.quota_mode) {
+            return by_one_limit(shared, domain_name, route, one, key, started).await;
+        }
+    }
+    let plan = {
         let built = view.descriptors(&route.descriptors);
         if built.missing && !shadow {
             if let OnMissing::Deny { status } = route.on_missing {
@@ -103,7 +116,6 @@ pub(crate) async fn by_rules<'r, St: Store>(
         Plan::new_with(domain, &built.descriptors, found, shadow)
             .with_global_quota(shared.settings.quota_mode)
     };
-    let charging = route.cost.settles() || route.count_if.is_some();
     let admitted_at = admission(shared, charging).await;
     let estimate = route.cost.estimate;
     let outcome = match plan.check(&*shared.store, Moment::Now, estimate).await {
@@ -139,6 +151,79 @@ pub(crate) async fn by_rules<'r, St: Store>(
         })
     });
     Step::Ruled(ruling)
+}
+
+/// The one limit and store key of a request whose route makes one
+/// descriptor, `actions`, when that descriptor's rule decides it by one
+/// limit ([`OneLimit::find`]); `None`: decide through a plan.
+fn one_limit<'r>(
+    domain: &'r Domain,
+    view: &RequestView<'_>,
+    actions: &[Action],
+    global_quota: bool,
+) -> Option<(OneLimit<'r>, Vec<u8>)> {
+    fn keyed<'r, D: Descriptor + ?Sized>(
+        domain: &'r Domain,
+        descriptor: &D,
+        global_quota: bool,
+    ) -> Option<(OneLimit<'r>, Vec<u8>)> {
+        let one = OneLimit::find(domain, descriptor, false, global_quota)?;
+        let mut key = Vec::with_capacity(KEY_CAPACITY);
+        one.write_key(descriptor, &mut key);
+        Some((one, key))
+    }
+    match actions {
+        // One action, the most common descriptor: its entry on the stack.
+        [action] => {
+            let entry = [(action.descriptor_key(), view.value(action)?)];
+            keyed(domain, &entry, global_quota)
+        }
+        _ => keyed(domain, &view.descriptor(actions).ok()??, global_quota),
+    }
+}
+
+/// Room for most store keys (a rule path and a value or two) in one
+/// allocation.
+const KEY_CAPACITY: usize = 128;
+
+/// Decides a request by the one limit of its one descriptor, counted under
+/// `key`: what [`by_rules`] decides through a plan, the same observer
+/// call included.
+async fn by_one_limit<'r, St: Store>(
+    shared: &Shared<St>,
+    domain_name: &str,
+    route: &'r Route,
+    one: OneLimit<'r>,
+    key: Vec<u8>,
+    started: Option<Instant>,
+) -> Step<'r> {
+    let request = LimitKey {
+        limit: one.limit(),
+        key: &key,
+    };
+    let decision = match shared
+        .store
+        .check_one(request, Moment::Now, route.cost.estimate)
+        .await
+    {
+        Ok(decision) => decision,
+        Err(error) => return unavailable(shared, &error),
+    };
+    if let (Some(observer), Some(started)) = (&shared.observer, started) {
+        observer.one_limit_decided(
+            domain_name,
+            route.name.as_deref(),
+            &one,
+            &key,
+            &decision,
+            started.elapsed(),
+        );
+    }
+    let shaping = Shaping {
+        nodelay: route.nodelay,
+        delay: route.delay,
+    };
+    Step::Ruled(Ruling::of_one_limit(one, key, decision, shaping))
 }
 
 /// The store's time just before a check whose cost may be settled (so at

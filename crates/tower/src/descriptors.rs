@@ -151,7 +151,8 @@ impl<'a> RequestView<'a> {
         Ok((!entries.is_empty()).then_some(entries))
     }
 
-    fn value(&self, action: &'a Action) -> Option<Value<'a>> {
+    /// The value `action` reads from the request; `None` when missing.
+    pub(crate) fn value(&self, action: &'a Action) -> Option<Value<'a>> {
         let parts = self.parts;
         match action {
             Action::RemoteAddress => self.client_ip.map(|ip| Value::Ip(IpText::new(ip))),

@@ -122,7 +122,12 @@ where
         }
         let retry_after = top.map(|t| t.retry_after).unwrap_or_default();
         let mut response = problem::too_many_requests(&policy, retry_after);
-        add_rate_limit_headers(response.headers_mut(), &applied, top.as_ref(), true);
+        add_rate_limit_headers(
+            response.headers_mut(),
+            applied.as_slice(),
+            top.as_ref(),
+            true,
+        );
         return Ok(response.map(RateLimitBody::problem));
     }
     if !hold.is_zero() {
@@ -162,7 +167,7 @@ where
                 }
             }
             if shared.settings.headers {
-                add_rate_limit_headers(&mut head.headers, &applied, top.as_ref(), false);
+                add_rate_limit_headers(&mut head.headers, applied.as_slice(), top.as_ref(), false);
             }
             Ok(Response::from_parts(
                 head,

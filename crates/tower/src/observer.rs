@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tollgate_core::{Decision, StoreError};
-use tollgate_rules::check::Outcome;
+use tollgate_rules::check::{OneLimit, Outcome};
 
 use crate::cost::CostOutcome;
 
@@ -46,6 +46,24 @@ pub trait Observer: Send + Sync + 'static {
         took: Duration,
     ) {
         let _ = (domain, route, outcome, took);
+    }
+
+    /// A request was decided by the rules of `domain` under `route`
+    /// through `one` limit (see [`OneLimit`]): `decision`, counted under
+    /// `key`. The same as [`rules_decided`](Observer::rules_decided) with
+    /// the outcome that stands for it ([`OneLimit::outcome`]), which is
+    /// what the default does; an observer that counts per rule can read
+    /// the rule and the decision here without that outcome's lists.
+    fn one_limit_decided(
+        &self,
+        domain: &str,
+        route: Option<&str>,
+        one: &OneLimit<'_>,
+        key: &[u8],
+        decision: &Decision,
+        took: Duration,
+    ) {
+        self.rules_decided(domain, route, &one.outcome(key.to_vec(), *decision), took);
     }
 
     /// A request was decided by an inline limit named `name`; `shadow`

@@ -18,11 +18,30 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use tollgate_core::{Decision, Limit};
-use tollgate_rules::check::{AppliedLimit, Outcome};
+use tollgate_rules::check::{AppliedLimit, OneLimit, Outcome};
 
 use crate::cost::ChargePlan;
 use crate::lease::Lease;
 use crate::shaping::Shaping;
+
+/// The limits a ruling's headers show: most often one, held without a
+/// list.
+#[derive(Debug)]
+pub(crate) enum Applied<'r> {
+    None,
+    One(AppliedLimit<'r>),
+    Several(Vec<AppliedLimit<'r>>),
+}
+
+impl<'r> Applied<'r> {
+    pub(crate) fn as_slice(&self) -> &[AppliedLimit<'r>] {
+        match self {
+            Applied::None => &[],
+            Applied::One(one) => std::slice::from_ref(one),
+            Applied::Several(several) => several,
+        }
+    }
+}
 
 /// What to do with a request.
 #[derive(Debug)]
@@ -32,7 +51,7 @@ pub(crate) struct Ruling<'r> {
     /// The name of the limit that rejected it.
     pub(crate) policy: Cow<'r, str>,
     /// The limits the headers show.
-    pub(crate) applied: Vec<AppliedLimit<'r>>,
+    pub(crate) applied: Applied<'r>,
     /// The most constrained decision they show.
     pub(crate) top: Option<Decision>,
     /// How long to hold the request before it goes on.
@@ -52,10 +71,11 @@ impl<'r> Ruling<'r> {
             let rule = d.rule;
             Cow::Borrowed(rule.name().unwrap_or(rule.id()))
         });
+        let mut applied = Vec::new();
         let mut ruling = Ruling {
             rejected: !outcome.allowed,
             policy,
-            applied: Vec::new(),
+            applied: Applied::None,
             top: None,
             hold: Duration::ZERO,
             leases: Vec::new(),
@@ -67,7 +87,7 @@ impl<'r> Ruling<'r> {
             // A quota rule's rejection shows only when it decided the request.
             let shown = !d.quota || d.decision.allowed || quotas_exhausted;
             if !shadow && !d.rule.shadow_mode() && d.decided() && shown {
-                ruling.applied.extend(d.applied());
+                applied.extend(d.applied());
                 ruling.top = Some(
                     ruling
                         .top
@@ -87,7 +107,49 @@ impl<'r> Ruling<'r> {
                 }
             }
         }
+        if !applied.is_empty() {
+            ruling.applied = Applied::Several(applied);
+        }
         ruling
+    }
+
+    /// The ruling on a request that `one` limit decided: `decision`,
+    /// counted under `key` (the ruling [`of_rules`](Ruling::of_rules)
+    /// gives the outcome [`OneLimit::outcome`] stands for, without its
+    /// lists).
+    pub(crate) fn of_one_limit(
+        one: OneLimit<'r>,
+        key: Vec<u8>,
+        decision: Decision,
+        shaping: Shaping,
+    ) -> Ruling<'r> {
+        let rule = one.rule();
+        let limit = one.limit();
+        Ruling {
+            rejected: !decision.allowed,
+            policy: Cow::Borrowed(if decision.allowed {
+                ""
+            } else {
+                rule.name().unwrap_or(rule.id())
+            }),
+            applied: Applied::One(one.applied(decision)),
+            top: Some(decision),
+            hold: if decision.allowed {
+                shaping.hold(decision.delay, limit)
+            } else {
+                Duration::ZERO
+            },
+            leases: decision
+                .lease
+                .map(|id| Lease {
+                    limit: *limit,
+                    key,
+                    id,
+                })
+                .into_iter()
+                .collect(),
+            charge: None,
+        }
     }
 
     /// The ruling on an inline limit named `name`, counted under `key`.
@@ -104,9 +166,9 @@ impl<'r> Ruling<'r> {
             rejected: shown && !decision.allowed,
             policy: Cow::Borrowed(name),
             applied: if shown {
-                vec![AppliedLimit::of(name, limit, decision)]
+                Applied::One(AppliedLimit::of(name, limit, decision))
             } else {
-                Vec::new()
+                Applied::None
             },
             top: shown.then_some(decision),
             hold: if shown && decision.allowed {
