@@ -134,20 +134,8 @@ impl<'r> Ruling<'r> {
             }),
             applied: Applied::One(one.applied(decision)),
             top: Some(decision),
-            hold: if decision.allowed {
-                shaping.hold(decision.delay, limit)
-            } else {
-                Duration::ZERO
-            },
-            leases: decision
-                .lease
-                .map(|id| Lease {
-                    limit: *limit,
-                    key,
-                    id,
-                })
-                .into_iter()
-                .collect(),
+            hold: held(shaping, limit, &decision, true),
+            leases: leased(limit, key, &decision),
             charge: None,
         }
     }
@@ -171,21 +159,32 @@ impl<'r> Ruling<'r> {
                 Applied::None
             },
             top: shown.then_some(decision),
-            hold: if shown && decision.allowed {
-                shaping.hold(decision.delay, limit)
-            } else {
-                Duration::ZERO
-            },
-            leases: decision
-                .lease
-                .map(|id| Lease {
-                    limit: *limit,
-                    key,
-                    id,
-                })
-                .into_iter()
-                .collect(),
+            hold: held(shaping, limit, &decision, shown),
+            leases: leased(limit, key, &decision),
             charge: None,
         }
     }
+}
+
+/// How long one `limit`'s `decision` holds a request: its shaping delay
+/// when the limit is `shown` (enforced) and admitted the request.
+fn held(shaping: Shaping, limit: &Limit, decision: &Decision, shown: bool) -> Duration {
+    if shown && decision.allowed {
+        shaping.hold(decision.delay, limit)
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// The lease one `limit`'s `decision` granted under `key`, if any.
+fn leased(limit: &Limit, key: Vec<u8>, decision: &Decision) -> Vec<Lease> {
+    decision
+        .lease
+        .map(|id| Lease {
+            limit: *limit,
+            key,
+            id,
+        })
+        .into_iter()
+        .collect()
 }
