@@ -41,7 +41,7 @@ use crate::rule::Rule;
 /// .unwrap();
 /// let domain = rules.domain("api").unwrap();
 /// let one = OneLimit::find(domain, &[("user", "42")], false, false).unwrap();
-/// assert_eq!(one.limit().limit(), 60);
+/// assert_eq!(one.limit().rate.limit(), 60);
 /// assert_eq!(one.applied(Default::default()).name, "per_user");
 /// // A shadow-mode rule is checked on its own terms: through a plan.
 /// assert!(OneLimit::find(domain, &[("trial", "x")], false, false).is_none());
