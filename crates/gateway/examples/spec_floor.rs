@@ -34,6 +34,11 @@
 //! gateway keeps one timer per connection for them), a limit per request
 //! value other than the client address, logs.
 //!
+//! Written apart from the gateway's code on purpose (its hop-by-hop list
+//! repeats `hop_by_hop.rs`'s, its accept loop and connection set-up the
+//! bare proxy's): it measures what the work costs done this way, not
+//! what tollgate's code costs, and reads alone as the bare proxy does.
+//!
 //! ```text
 //! spec_floor --upstream ADDRESS [--listen ADDRESS] [--limits 1|3]
 //!     # default 127.0.0.1:0; prints `spec floor: listening on http://ADDR`
