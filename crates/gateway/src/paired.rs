@@ -17,7 +17,7 @@
 //! next request makes a new one).
 
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -27,6 +27,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use parking_lot::Mutex;
+use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tollgate_listener::BodyTimeout;
 use tower::ServiceExt;
@@ -167,27 +168,49 @@ impl<B> UpstreamTimer<B> {
     /// not the one it holds, not each time `future` is: the request's
     /// future is polled a few times per request (sent, answered), and a
     /// timer's poll costs more than the check.
-    pub(crate) async fn within<F: Future>(&mut self, future: F) -> Option<F::Output> {
-        let Some(timer) = self.timer.as_mut() else {
-            return Some(future.await);
-        };
-        let mut future = pin!(future);
+    pub(crate) fn within<F: Future>(&mut self, future: F) -> Within<'_, F> {
+        Within {
+            future,
+            timer: self.timer.as_mut(),
+            held: None,
+        }
+    }
+}
+
+pin_project! {
+    /// The future of [`UpstreamTimer::within`]. Written out rather than
+    /// as an `async fn`: that kept `future` twice in its state (the
+    /// argument, and the pinned copy it polls), and the proxy's answer
+    /// future, which holds this one, is copied whole into its box on
+    /// every request.
+    pub(crate) struct Within<'a, F> {
+        #[pin]
+        future: F,
+        timer: Option<&'a mut Pin<Box<Sleep>>>,
         // The waker the timer was last polled with, and so will wake.
-        let mut held: Option<Waker> = None;
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(output) = future.as_mut().poll(cx) {
-                return Poll::Ready(Some(output));
-            }
-            if held.as_ref().is_some_and(|w| w.will_wake(cx.waker())) && !timer.is_elapsed() {
-                return Poll::Pending;
-            }
-            if timer.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
-            }
-            held = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
+        held: Option<Waker>,
+    }
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let Some(timer) = this.timer.as_mut() else {
+            return Poll::Pending;
+        };
+        if this.held.as_ref().is_some_and(|w| w.will_wake(cx.waker())) && !timer.is_elapsed() {
+            return Poll::Pending;
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        *this.held = Some(cx.waker().clone());
+        Poll::Pending
     }
 }
 

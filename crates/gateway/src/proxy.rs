@@ -340,17 +340,32 @@ where
         }
         (Attempt::Declined(request) | Attempt::Connect(request), _) => Sent::Declined(*request),
     };
-    let mut request = match sent {
+    let request = match sent {
         Sent::Answered(answer) => return answer,
         Sent::Declined(request) => request,
     };
+    // Boxed: the pool's path holds the request and the pool's future,
+    // several times the common path's state, and every answer future would
+    // carry that room (it is copied whole into its box per request); this
+    // path is the rare one (tests, upgrades, a busy pair).
+    Box::pin(through_pool(inner, request)).await
+}
+
+/// The pool's answer to a request the pair declined.
+async fn through_pool<B>(
+    inner: &ProxyInner<B>,
+    mut request: Request<B>,
+) -> Result<Response<Incoming>, ProxyError>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
     // The pool writes the target in origin form itself, from the
     // absolute form it routes by.
     *request.uri_mut() = inner.upstream.absolute(request.uri())?;
-    // Boxed: the pool's future is large, and this path is the rare one
-    // (tests, upgrades, a busy pair); the common one's state stays
-    // small.
-    Box::pin(inner.client.request(request))
+    inner
+        .client
+        .request(request)
         .await
         .map_err(|error| ProxyError::from_client(&inner.upstream, &error))
 }
