@@ -205,6 +205,18 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Whether every future this store returns is ready the first time it
+    /// is polled: an in-process store, which decides under its own locks
+    /// and never waits on I/O. A caller may then poll a decision once,
+    /// without a task, and have its answer at once (the middleware
+    /// decides while the request comes in, and its response future holds
+    /// only the answer). `false` by default; a store that says `true` and
+    /// then returns a pending future is a bug the caller reports as an
+    /// outage.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
+
     /// Whether the store can serve decisions now: ready when it can tell
     /// the time.
     fn status(&self) -> impl Future<Output = StoreStatus> + Send {
@@ -299,6 +311,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn engine(&self) -> Option<&'static str> {
         (**self).engine()
+    }
+
+    fn answers_at_once(&self) -> bool {
+        (**self).answers_at_once()
     }
 
     fn status(&self) -> impl Future<Output = StoreStatus> + Send {

@@ -209,6 +209,11 @@ impl Store for LocalStore {
         true
     }
 
+    /// Every operation decides under the tables' own locks: nothing awaits.
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     async fn release(&self, request: LimitKey<'_>, lease: u64) -> Result<bool, StoreError> {
         Ok(self
             .store

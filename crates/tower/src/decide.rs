@@ -44,15 +44,24 @@ pub(crate) enum Step<'r> {
     },
     /// Decided.
     Ruled(Ruling<'r>),
+    /// Not decided, and nothing counted: a decision asked for at once
+    /// (without the runtime overrides) found a route whose cost is
+    /// settled from the response, which the response future decides.
+    Later,
 }
 
 /// Decides a request by the rules of `domain` and the runtime overrides
 /// of its descriptors, which are put in `found` (the caller keeps them as
 /// long as the ruling, which may borrow their rules).
+///
+/// Without `found`, the decision is asked for at once (see
+/// [`crate::future`]): the overrides are not looked up (the caller has
+/// seen that there are none), and a route whose cost is settled from the
+/// response is left to the response future ([`Step::Later`]).
 pub(crate) async fn by_rules<'r, St: Store>(
     shared: &Shared<St>,
     rules: &'r RuleSet,
-    found: &'r mut Found,
+    found: Option<&'r mut Found>,
     domain_name: &str,
     parts: &Parts,
     peer: Option<SocketAddr>,
@@ -70,6 +79,9 @@ pub(crate) async fn by_rules<'r, St: Store>(
     let shadow = shared.settings.shadow || route.shadow;
     let started = shared.observer.as_ref().map(|_| Instant::now());
     let charging = route.cost.settles() || route.count_if.is_some();
+    if charging && found.is_none() {
+        return Step::Later;
+    }
     let needs_ip = route
         .descriptors
         .iter()
@@ -87,7 +99,11 @@ pub(crate) async fn by_rules<'r, St: Store>(
     // The common case, one descriptor decided by one limit, without a
     // plan's lists; anything else (an override, shadow, a response cost, a
     // missing value) through the plan.
-    let plain = !shadow && !charging && shared.overrides.as_ref().is_none_or(|t| t.is_empty());
+    let overrides = shared
+        .overrides
+        .as_ref()
+        .filter(|t| found.is_some() && !t.is_empty());
+    let plain = !shadow && !charging && overrides.is_none();
     if let (true, [actions]) = (plain, route.descriptors.as_slice()) {
         if let Some((one, key)) = one_limit(domain, &view, actions, shared.settings.quota_mode) {
             return by_one_limit(shared, domain_name, route, one, key, started).await;
@@ -109,10 +125,13 @@ pub(crate) async fn by_rules<'r, St: Store>(
         if built.descriptors.is_empty() {
             return Step::Forward;
         }
-        if let Some(table) = &shared.overrides {
-            *found = table.find(domain_name, &built.descriptors);
-        }
-        let found: &'r Found = found;
+        let found: &'r Found = match (overrides, found) {
+            (Some(table), Some(found)) => {
+                *found = table.find(domain_name, &built.descriptors);
+                found
+            }
+            _ => &NO_OVERRIDES,
+        };
         Plan::new_with(domain, &built.descriptors, found, shadow)
             .with_global_quota(shared.settings.quota_mode)
     };
@@ -152,6 +171,9 @@ pub(crate) async fn by_rules<'r, St: Store>(
     });
     Step::Ruled(ruling)
 }
+
+/// What a decision without the runtime overrides finds.
+static NO_OVERRIDES: Found = Found::EMPTY;
 
 /// The one limit and store key of a request whose route makes one
 /// descriptor, `actions`, when that descriptor's rule decides it by one
@@ -292,7 +314,11 @@ pub(crate) async fn by_inline<'r, St: Store>(
     Step::Ruled(ruling)
 }
 
-fn unavailable<St>(shared: &Shared<St>, error: &tollgate_core::StoreError) -> Step<'static> {
+/// `Step::Unavailable`, the store's `error` reported.
+pub(crate) fn unavailable<St>(
+    shared: &Shared<St>,
+    error: &tollgate_core::StoreError,
+) -> Step<'static> {
     if let Some(observer) = &shared.observer {
         observer.store_failed(error);
     }

@@ -25,8 +25,9 @@ use crate::lease::Lease;
 use crate::shaping::Shaping;
 
 /// The limits a ruling's headers show: most often one, held without a
-/// list.
-#[derive(Debug)]
+/// list. `Yokeable`: an admitted request's response future keeps them
+/// beside the rules they borrow from ([`crate::future`]).
+#[derive(Debug, yoke::Yokeable)]
 pub(crate) enum Applied<'r> {
     None,
     One(AppliedLimit<'r>),

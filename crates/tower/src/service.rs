@@ -16,7 +16,7 @@ use tower::Service;
 use crate::body::RateLimitBody;
 use crate::client_ip::TrustedProxies;
 use crate::cost::{CostOutcome, Counted, Settler, Settling};
-use crate::future::{respond, ResponseFuture};
+use crate::future::{at_once, respond, ResponseFuture};
 use crate::inline::InlinePolicy;
 use crate::lease::{Lease, Releaser, Releasing};
 use crate::observer::Observer;
@@ -220,7 +220,7 @@ where
 {
     type Response = Response<RateLimitBody<R>>;
     type Error = S::Error;
-    type Future = ResponseFuture<R, S::Error>;
+    type Future = ResponseFuture<S::Future, R, S::Error>;
 
     /// Always ready: a request may be held (shaping) or answered here
     /// before it reaches the inner service, so the inner service's
@@ -229,8 +229,18 @@ where
         Poll::Ready(Ok(()))
     }
 
+    /// Decides the request now when it can (see [`ResponseFuture`]).
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        ResponseFuture::new(respond(
+        let shared = &self.shared;
+        if let Policy::Rules { rules, domain } = &shared.policy {
+            if shared.store.answers_at_once()
+                && shared.overrides.as_ref().is_none_or(|t| t.is_empty())
+            {
+                let loaded = rules.load_full();
+                return at_once(shared, &mut self.inner, self.peer, loaded, domain, request);
+            }
+        }
+        ResponseFuture::boxed(respond(
             Arc::clone(&self.shared),
             self.inner.clone(),
             self.peer,

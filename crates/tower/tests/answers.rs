@@ -1,7 +1,8 @@
 //! What clients get: 429 with the SPEC §7 headers (parsed by a Structured
 //! Fields parser) and an RFC 9457 body; admitted responses with and
 //! without headers; Retry-After exactness on tokio's paused clock; 503
-//! when the store fails; shadow mode; inline limits; the observer.
+//! when the store fails; shadow mode; inline limits; the observer; the
+//! same answers whether the store answers at once or later.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -186,6 +187,80 @@ async fn a_store_that_fails_is_503_with_a_problem_body_naming_no_internals() {
     assert_eq!(
         *recorder.failures.lock().unwrap(),
         ["store unavailable: connection refused"]
+    );
+}
+
+/// The status and every header of `service`'s answer to a request from
+/// 192.0.2.1.
+async fn answer_of<S>(service: &S) -> (u16, Vec<(String, String)>)
+where
+    S: tower::Service<
+            Request<Full<Bytes>>,
+            Response = Response<tollgate_tower::RateLimitBody<Full<Bytes>>>,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let response = service
+        .clone()
+        .oneshot(request("192.0.2.1:1000", "/"))
+        .await
+        .unwrap();
+    let mut headers: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+        .collect();
+    headers.sort();
+    (response.status().as_u16(), headers)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_later_gets_the_same_answers_as_one_that_answers_at_once() {
+    // Two limits, so a rejection and the rate-limit headers of both show.
+    let at_once = RateLimitLayer::from_rules(store(), rules(PER_IP), "edge").layer(service_fn(ok));
+    let later_store = WatchedStore::new(store())
+        .answering_at_once(false)
+        .yielding();
+    let later =
+        RateLimitLayer::from_rules(later_store, rules(PER_IP), "edge").layer(service_fn(ok));
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        // The same instant for both.
+        let expected = answer_of(&at_once).await;
+        assert!(expected
+            .1
+            .iter()
+            .any(|(name, _)| name == "ratelimit-policy"));
+        assert_eq!(answer_of(&later).await, expected);
+        statuses.push(expected.0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(statuses, [200, 200, 429, 429]);
+}
+
+#[tokio::test]
+async fn a_store_that_says_it_answers_at_once_and_does_not_is_an_outage() {
+    let recorder = Recorder::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let inner = service_fn(move |r: Request<Full<Bytes>>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        ok(r)
+    });
+    // Says it answers at once, and yields before each check.
+    let store = WatchedStore::new(store()).yielding();
+    let service = RateLimitLayer::from_rules(store, rules(PER_IP), "edge")
+        .with_observer(recorder.clone())
+        .layer(inner);
+    let response = service
+        .oneshot(request("192.0.2.1:1000", "/"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        *recorder.failures.lock().unwrap(),
+        ["store unavailable: the store did not answer at once"]
     );
 }
 

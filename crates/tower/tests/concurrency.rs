@@ -1,7 +1,9 @@
 //! `concurrency` limits with slow responses: the N+1-th request in flight
 //! is rejected; a lease is released when the body ends, when the client
 //! goes away (the response future or the body is dropped), and when the
-//! inner service fails.
+//! inner service fails. Each test runs twice: with a store that answers
+//! at once (the request decided in `call`) and with one that answers
+//! later (the layer's boxed path).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -69,7 +71,7 @@ impl<S> Setup<S> {
     }
 }
 
-fn setup() -> Setup<Slow> {
+fn setup(at_once: bool) -> Setup<Slow> {
     let (gate_tx, gates) = mpsc::unbounded_channel();
     let (released_tx, released) = mpsc::unbounded_channel();
     let inner = service_fn(move |_: Request<Full<Bytes>>| {
@@ -81,7 +83,9 @@ fn setup() -> Setup<Slow> {
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
         }
     });
-    let store = WatchedStore::new(store()).sending_releases(released_tx);
+    let store = WatchedStore::new(store())
+        .answering_at_once(at_once)
+        .sending_releases(released_tx);
     let layer = RateLimitLayer::from_rules(store, rules(TWO_IN_FLIGHT), "edge");
     Setup {
         service: BoxCloneService::new(layer.layer(inner)),
@@ -113,6 +117,23 @@ async fn admitted<R: Send + 'static>(
     }
 }
 
+/// Runs the test `$name(at_once: bool)` with a store that answers at once
+/// and with one that answers later.
+macro_rules! on_both_paths {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn answered_at_once() {
+                super::$name(true).await
+            }
+            #[tokio::test]
+            async fn answered_later() {
+                super::$name(false).await
+            }
+        }
+    };
+}
+
 macro_rules! spawn_request {
     ($service:expr) => {{
         let s = $service.clone();
@@ -120,9 +141,9 @@ macro_rules! spawn_request {
     }};
 }
 
-#[tokio::test]
-async fn the_request_over_the_limit_is_rejected_and_a_finished_body_releases() {
-    let mut setup = setup();
+on_both_paths!(the_request_over_the_limit_is_rejected_and_a_finished_body_releases);
+async fn the_request_over_the_limit_is_rejected_and_a_finished_body_releases(at_once: bool) {
+    let mut setup = setup(at_once);
     let service = setup.service.clone();
     let first = spawn_request!(service);
     let second = spawn_request!(service);
@@ -160,14 +181,14 @@ async fn the_request_over_the_limit_is_rejected_and_a_finished_body_releases() {
     drop(second);
 }
 
-#[tokio::test]
-async fn a_client_that_goes_away_mid_request_releases() {
+on_both_paths!(a_client_that_goes_away_mid_request_releases);
+async fn a_client_that_goes_away_mid_request_releases(at_once: bool) {
     let Setup {
         service,
         mut gates,
         mut released,
         ..
-    } = setup();
+    } = setup(at_once);
     let first = spawn_request!(service);
     let _second = spawn_request!(service);
     let _gate_one = gates.recv().await.unwrap();
@@ -184,14 +205,14 @@ async fn a_client_that_goes_away_mid_request_releases() {
     admitted(spawn_request!(service), &mut gates).await;
 }
 
-#[tokio::test]
-async fn dropping_an_unread_body_releases() {
+on_both_paths!(dropping_an_unread_body_releases);
+async fn dropping_an_unread_body_releases(at_once: bool) {
     let Setup {
         service,
         mut gates,
         mut released,
         ..
-    } = setup();
+    } = setup(at_once);
     let first = spawn_request!(service);
     let _second = spawn_request!(service);
     gates.recv().await.unwrap().send(()).unwrap();
@@ -207,13 +228,14 @@ async fn dropping_an_unread_body_releases() {
     admitted(spawn_request!(service), &mut gates).await;
 }
 
-#[tokio::test]
-async fn an_inner_error_releases() {
+on_both_paths!(an_inner_error_releases);
+async fn an_inner_error_releases(at_once: bool) {
     let failing = service_fn(|_: Request<Full<Bytes>>| async {
         Err::<Response<Full<Bytes>>, _>("upstream reset")
     });
     let yaml = TWO_IN_FLIGHT.replace("requests_per_unit: 2", "requests_per_unit: 1");
-    let service = RateLimitLayer::from_rules(store(), rules(&yaml), "edge").layer(failing);
+    let store = WatchedStore::new(store()).answering_at_once(at_once);
+    let service = RateLimitLayer::from_rules(store, rules(&yaml), "edge").layer(failing);
     for _ in 0..3 {
         // Each failure gives its lease back before the error is returned;
         // otherwise the second attempt would be a 429 for an hour.
@@ -226,8 +248,8 @@ async fn an_inner_error_releases() {
     }
 }
 
-#[tokio::test]
-async fn shadow_rule_leases_of_a_rejected_request_are_released() {
+on_both_paths!(shadow_rule_leases_of_a_rejected_request_are_released);
+async fn shadow_rule_leases_of_a_rejected_request_are_released(at_once: bool) {
     let yaml = r#"
 domain: edge
 descriptors:
@@ -240,7 +262,9 @@ routes:
   - descriptors: [[remote_address], [{generic_key: {descriptor_value: all}}]]
 "#;
     let (released_tx, mut released) = mpsc::unbounded_channel();
-    let store = WatchedStore::new(store()).sending_releases(released_tx);
+    let store = WatchedStore::new(store())
+        .answering_at_once(at_once)
+        .sending_releases(released_tx);
     let service = RateLimitLayer::from_rules(store, rules(yaml), "edge").layer(service_fn(ok));
     let first = service
         .clone()

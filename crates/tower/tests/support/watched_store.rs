@@ -21,6 +21,10 @@ pub struct WatchedStore {
     pub settles: Arc<AtomicUsize>,
     /// How often the layer asked for the time.
     pub clock_reads: Arc<AtomicUsize>,
+    /// What `answers_at_once` says.
+    at_once: bool,
+    /// Whether each check yields to the runtime once before it answers.
+    yields: bool,
 }
 
 impl WatchedStore {
@@ -31,7 +35,24 @@ impl WatchedStore {
             released: None,
             settles: Arc::default(),
             clock_reads: Arc::default(),
+            at_once: true,
+            yields: false,
         }
+    }
+
+    /// Says it answers at once when `at_once` (as the memory store does,
+    /// the default), else that it answers later, as a remote store does:
+    /// the layer then takes its boxed path.
+    pub fn answering_at_once(mut self, at_once: bool) -> WatchedStore {
+        self.at_once = at_once;
+        self
+    }
+
+    /// Each check yields to the runtime once before it answers, as a
+    /// remote store's would.
+    pub fn yielding(mut self) -> WatchedStore {
+        self.yields = true;
+        self
     }
 
     /// Sends each released lease on `released`, after the release.
@@ -48,6 +69,9 @@ impl Store for WatchedStore {
         at: Moment,
         cost: u64,
     ) -> Result<Vec<Decision>, StoreError> {
+        if self.yields {
+            tokio::task::yield_now().await;
+        }
         self.inner.check(r, at, cost).await
     }
     async fn reserve(
@@ -94,5 +118,8 @@ impl Store for WatchedStore {
     async fn now(&self) -> Result<u64, StoreError> {
         self.clock_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.now().await
+    }
+    fn answers_at_once(&self) -> bool {
+        self.at_once
     }
 }
