@@ -66,10 +66,12 @@ pin_project! {
             future: F,
             stamp: Option<Stamp>,
         },
-        // Answered here, once `pending` (releasing leases) is done.
+        // Answered here, once `pending` (releasing leases) is done. Boxed:
+        // a response is larger than the rest of the future, and only
+        // rejections, outages and inner errors come here.
         Answered {
             pending: Option<Releasing>,
-            answer: Option<Result<Response<RateLimitBody<R>>, E>>,
+            answer: Option<Box<Result<Response<RateLimitBody<R>>, E>>>,
         },
         Boxed {
             future: BoxedResponse<R, E>,
@@ -93,7 +95,7 @@ impl<F, R, E> ResponseFuture<F, R, E> {
         ResponseFuture {
             state: State::Answered {
                 pending: leases.map(Leases::release),
-                answer: Some(answer),
+                answer: Some(Box::new(answer)),
             },
         }
     }
@@ -118,7 +120,7 @@ where
                         Err(error) => match stamp.take().and_then(|s| s.leases) {
                             Some(leases) => State::Answered {
                                 pending: Some(leases.release()),
-                                answer: Some(Err(error)),
+                                answer: Some(Box::new(Err(error))),
                             },
                             None => return Poll::Ready(Err(error)),
                         },
@@ -130,7 +132,7 @@ where
                         *pending = None;
                     }
                     return match answer.take() {
-                        Some(answer) => Poll::Ready(answer),
+                        Some(answer) => Poll::Ready(*answer),
                         None => panic!("`ResponseFuture` polled after it completed"),
                     };
                 }
