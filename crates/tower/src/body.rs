@@ -36,13 +36,8 @@ pin_project! {
         Inner {
             #[pin]
             body: B,
-            leases: Option<Leases>,
-            charge: Option<BodyCharge>,
-            // Settling the cost, then releasing the leases, once the inner
-            // body has ended; or settling the cost from the trailers,
-            // which are held until it is done.
-            finishing: Option<Releasing>,
-            held: Option<HeaderMap>,
+            // `None` for most answers: nothing to do but pass the frames on.
+            duty: Option<Box<Duty>>,
         },
         Problem {
             data: Option<Bytes>,
@@ -50,19 +45,40 @@ pin_project! {
     }
 }
 
+/// What an inner body does besides passing its frames on: the leases it
+/// holds and the cost it settles until it ends, and then that end being
+/// finished. Boxed: few answers have any (a `concurrency` limit, a cost
+/// read from the response), and every answer's body is moved whole several
+/// times on its way to the client; without the box each move carried
+/// these fields too (a header map among them).
+struct Duty {
+    leases: Option<Leases>,
+    charge: Option<BodyCharge>,
+    // Settling the cost, then releasing the leases, once the inner body
+    // has ended; or settling the cost from the trailers, which are held
+    // until it is done.
+    finishing: Option<Releasing>,
+    held: Option<HeaderMap>,
+}
+
+impl Duty {
+    /// Whether nothing is left to do.
+    fn is_done(&self) -> bool {
+        self.leases.is_none()
+            && self.charge.is_none()
+            && self.finishing.is_none()
+            && self.held.is_none()
+    }
+}
+
 impl<B: std::fmt::Debug> std::fmt::Debug for Kind<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Kind::Inner {
-                body,
-                leases,
-                charge,
-                ..
-            } => f
+            Kind::Inner { body, duty } => f
                 .debug_struct("Inner")
                 .field("body", body)
-                .field("leases", leases)
-                .field("charge", charge)
+                .field("leases", &duty.as_ref().and_then(|d| d.leases.as_ref()))
+                .field("charge", &duty.as_ref().and_then(|d| d.charge.as_ref()))
                 .finish(),
             Kind::Problem { data } => f.debug_struct("Problem").field("data", data).finish(),
         }
@@ -77,14 +93,16 @@ impl<B> RateLimitBody<B> {
         leases: Option<Leases>,
         charge: Option<BodyCharge>,
     ) -> RateLimitBody<B> {
-        RateLimitBody {
-            kind: Kind::Inner {
-                body,
+        let duty = (leases.is_some() || charge.is_some()).then(|| {
+            Box::new(Duty {
                 leases,
                 charge,
                 finishing: None,
                 held: None,
-            },
+            })
+        });
+        RateLimitBody {
+            kind: Kind::Inner { body, duty },
         }
     }
 
@@ -106,13 +124,16 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
             KindProj::Problem { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Inner {
-                body,
-                leases,
-                charge,
-                finishing,
-                held,
-            } => {
+            KindProj::Inner { body, duty } => {
+                let Some(duty) = duty.as_deref_mut() else {
+                    return body.poll_frame(cx);
+                };
+                let Duty {
+                    leases,
+                    charge,
+                    finishing,
+                    held,
+                } = duty;
                 if let Some(finish) = finishing {
                     ready!(finish.as_mut().poll(cx));
                     *finishing = None;
@@ -172,18 +193,8 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
         match &self.kind {
             // Not ended while leases are held or a cost is to settle: the
             // poll that sees the end settles and releases them.
-            Kind::Inner {
-                body,
-                leases,
-                charge,
-                finishing,
-                held,
-            } => {
-                body.is_end_stream()
-                    && leases.is_none()
-                    && charge.is_none()
-                    && finishing.is_none()
-                    && held.is_none()
+            Kind::Inner { body, duty } => {
+                body.is_end_stream() && duty.as_ref().is_none_or(|d| d.is_done())
             }
             Kind::Problem { data } => data.is_none(),
         }
@@ -194,7 +205,7 @@ impl<B: Body<Data = Bytes>> Body for RateLimitBody<B> {
             // A cost to settle at the end: no exact size, so that the
             // server marks the end itself (a chunked HTTP/1.1 body's last
             // chunk, HTTP/2's end of stream) once the settle is done.
-            Kind::Inner { body, charge, .. } if charge.is_some() => {
+            Kind::Inner { body, duty } if duty.as_ref().is_some_and(|d| d.charge.is_some()) => {
                 let mut hint = SizeHint::new();
                 hint.set_lower(body.size_hint().lower());
                 hint
