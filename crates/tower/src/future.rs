@@ -37,6 +37,7 @@ use yoke::Yoke;
 use crate::body::RateLimitBody;
 use crate::cost::{AtHead, CostOutcome, Settler, TrailersWanted};
 use crate::decide::{self, Step};
+use crate::head::Head;
 use crate::headers::add_rate_limit_headers;
 use crate::lease::{Leases, Releaser, Releasing};
 use crate::problem;
@@ -219,10 +220,16 @@ where
     R: Send + 'static,
     St: Store,
 {
-    let (parts, body) = request.into_parts();
     let mut next = Next::Forward;
     let applied: Yoke<Applied<'static>, Arc<RuleSet>> = Yoke::attach_to_cart(loaded, |rules| {
-        let decided = poll_once(decide::by_rules(shared, rules, None, domain, &parts, peer));
+        let decided = poll_once(decide::by_rules(
+            shared,
+            rules,
+            None,
+            domain,
+            Head::of(&request),
+            peer,
+        ));
         let step = decided.unwrap_or_else(|| {
             // The store said it answers at once and did not: an outage,
             // reported as one (nothing is known to be counted).
@@ -266,7 +273,6 @@ where
             }
         }
     });
-    let request = Request::from_parts(parts, body);
     match next {
         Next::Forward => call(inner, request, None, Duration::ZERO),
         Next::Answer(answer, leases) => ResponseFuture::answered(Ok(answer), leases),
@@ -332,6 +338,7 @@ where
     B: Send + 'static,
     R: Send + 'static,
 {
+    let mut waiting = None;
     if hold.is_zero() {
         // Asked without a task: an inner service that is not ready now is
         // asked again, with the task's context, in the boxed future.
@@ -347,10 +354,14 @@ where
             Poll::Ready(Err(error)) => {
                 return ResponseFuture::answered(Err(error), stamp.and_then(|s| s.leases))
             }
-            Poll::Pending => {}
+            // The service that was asked goes with the request, and a clone
+            // stays for the next one: what it reserved while not ready (a
+            // place in a semaphore's queue, say) is the boxed future's to
+            // wait on, not left with a noop waker where no one waits.
+            Poll::Pending => waiting = Some(std::mem::replace(inner, inner.clone())),
         }
     }
-    let mut inner = inner.clone();
+    let mut inner = waiting.unwrap_or_else(|| inner.clone());
     ResponseFuture::boxed(async move {
         if !hold.is_zero() {
             tokio::time::sleep(hold).await;
@@ -396,7 +407,15 @@ where
     let mut found = Found::EMPTY;
     let step = match (&shared.policy, &loaded) {
         (Policy::Rules { domain, .. }, Some(rules)) => {
-            decide::by_rules(&shared, rules, Some(&mut found), domain, &parts, peer).await
+            decide::by_rules(
+                &shared,
+                rules,
+                Some(&mut found),
+                domain,
+                Head::of_parts(&parts),
+                peer,
+            )
+            .await
         }
         (Policy::Inline(inline), _) => decide::by_inline(&shared, inline, &parts, peer).await,
         (Policy::Rules { .. }, None) => Step::Forward,

@@ -3,7 +3,8 @@
 //! goes away (the response future or the body is dropped), and when the
 //! inner service fails. Each test runs twice: with a store that answers
 //! at once (the request decided in `call`) and with one that answers
-//! later (the layer's boxed path).
+//! later (the layer's boxed path). And a request waits for an inner
+//! service that is not ready yet.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,7 +22,7 @@ use tollgate_core::{LimitKey, Moment, Store};
 use tollgate_rules::check::Plan;
 use tollgate_tower::{RateLimitBody, RateLimitLayer};
 use tower::util::BoxCloneService;
-use tower::{service_fn, Layer, ServiceExt};
+use tower::{service_fn, Layer, Service, ServiceExt};
 
 const TWO_IN_FLIGHT: &str = r#"
 domain: edge
@@ -282,4 +283,52 @@ routes:
         .unwrap();
     assert_eq!(second.status(), 429);
     assert!(released.try_recv().is_ok());
+}
+
+#[tokio::test]
+async fn a_request_waits_for_an_inner_service_that_is_not_ready() {
+    // The inner service takes one request at a time; the layer's own limit
+    // is far away.
+    let yaml = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 100}
+"#;
+    let (gate_tx, mut gates) = mpsc::unbounded_channel();
+    let slow = service_fn(move |_: Request<Full<Bytes>>| {
+        let gate_tx = gate_tx.clone();
+        async move {
+            let (open, wait) = oneshot::channel::<()>();
+            gate_tx.send(open).unwrap();
+            let _ = wait.await;
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
+        }
+    });
+    let inner = tower::limit::ConcurrencyLimit::new(slow, 1);
+    // One service for both requests, as a connection has.
+    let mut service = RateLimitLayer::from_rules(store(), rules(yaml), "edge").layer(inner);
+    let first = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request("192.0.2.1:1000", "/"));
+    let first = tokio::spawn(first);
+    let gate_one = gates.recv().await.unwrap();
+    // Not ready while the first holds the inner service's one place: the
+    // second must get it once the first is done.
+    let second = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request("192.0.2.1:1000", "/"));
+    let second = tokio::spawn(second);
+    gate_one.send(()).unwrap();
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+    let gate_two = tokio::time::timeout(Duration::from_secs(30), gates.recv())
+        .await
+        .expect("the second request never reached the inner service")
+        .unwrap();
+    gate_two.send(()).unwrap();
+    assert_eq!(second.await.unwrap().unwrap().status(), 200);
 }
