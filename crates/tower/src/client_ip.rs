@@ -18,7 +18,6 @@ use http::request::Parts;
 use ipnet::IpNet;
 
 use crate::forwarded::{forwarded_for, xff_address, HopsFromRight};
-use crate::head::Head;
 use crate::PeerAddr;
 
 /// The most hops read from a forwarding header: a chain of more trusted
@@ -190,16 +189,14 @@ impl FromStr for TrustedProxies {
 /// The address of the connection `parts` arrived on: [`PeerAddr`], or with
 /// the `axum` feature, axum's `ConnectInfo<SocketAddr>`.
 pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
-    peer_in(&parts.extensions)
-}
-
-/// [`peer_addr`], from a request's extensions.
-fn peer_in(extensions: &http::Extensions) -> Option<SocketAddr> {
-    if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
+    if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
         return Some(*addr);
     }
     #[cfg(feature = "axum")]
-    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+    if let Some(info) = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
         return Some(info.0);
     }
     None
@@ -208,16 +205,16 @@ fn peer_in(extensions: &http::Extensions) -> Option<SocketAddr> {
 /// The client IP of a request, or `None` when the connection's address is
 /// not known (see [`peer_addr`]).
 pub fn client_ip(parts: &Parts, trusted: &TrustedProxies) -> Option<IpAddr> {
-    client_ip_or(Head::of_parts(parts), None, trusted)
+    client_ip_or(parts, None, trusted)
 }
 
 /// [`client_ip`], with `peer` as the connection's address when the request
 /// carries none.
 pub(crate) fn client_ip_or(
-    head: Head<'_>,
+    parts: &Parts,
     peer: Option<SocketAddr>,
     trusted: &TrustedProxies,
 ) -> Option<IpAddr> {
-    let peer = peer_in(head.extensions).or(peer)?;
-    Some(trusted.client_ip(peer.ip(), head.headers))
+    let peer = peer_addr(parts).or(peer)?;
+    Some(trusted.client_ip(peer.ip(), &parts.headers))
 }

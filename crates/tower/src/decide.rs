@@ -18,7 +18,6 @@ use tollgate_rules::{Action, Descriptor, Domain, OnMissing, Route, RuleSet};
 use crate::client_ip::client_ip_or;
 use crate::cost::{ChargePlan, Counted};
 use crate::descriptors::RequestView;
-use crate::head::Head;
 use crate::inline::{InlinePolicy, INLINE_KEY_PREFIX};
 use crate::route;
 use crate::ruling::Ruling;
@@ -64,7 +63,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
     rules: &'r RuleSet,
     found: Option<&'r mut Found>,
     domain_name: &str,
-    head: Head<'_>,
+    parts: &Parts,
     peer: Option<SocketAddr>,
 ) -> Step<'r> {
     let Some(domain) = rules.domain(domain_name) else {
@@ -73,8 +72,8 @@ pub(crate) async fn by_rules<'r, St: Store>(
     // The client address, found once if a route's match or descriptors
     // need it: matching uses the address itself, keys its network.
     let client = OnceCell::new();
-    let client_address = || *client.get_or_init(|| client_ip_or(head, peer, &shared.trusted));
-    let Some(route) = route::select(domain, head, client_address).filter(|r| r.enabled) else {
+    let client_address = || *client.get_or_init(|| client_ip_or(parts, peer, &shared.trusted));
+    let Some(route) = route::select(domain, parts, client_address).filter(|r| r.enabled) else {
         return Step::Forward;
     };
     let shadow = shared.settings.shadow || route.shadow;
@@ -89,7 +88,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
         .flatten()
         .any(|a| *a == Action::RemoteAddress);
     let view = RequestView {
-        head,
+        parts,
         // Keys hold the client's network, not its address.
         client_ip: needs_ip
             .then(client_address)
@@ -269,7 +268,7 @@ pub(crate) async fn by_inline<'r, St: Store>(
     let started = shared.observer.as_ref().map(|_| Instant::now());
     let mut key = Vec::with_capacity(64);
     key.push(INLINE_KEY_PREFIX);
-    let grouped = client_ip_or(Head::of_parts(parts), peer, &shared.trusted)
+    let grouped = client_ip_or(parts, peer, &shared.trusted)
         .map(|ip| shared.settings.address_grouping.group(ip));
     if !inline.key.extract(parts, grouped, &mut key) {
         return Step::Forward;

@@ -12,9 +12,9 @@
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
+use http::request::Parts;
 use tollgate_rules::Action;
 
-use crate::head::Head;
 use crate::route::request_host;
 
 /// The longest value of a descriptor entry taken from a request, by
@@ -107,7 +107,7 @@ pub(crate) struct Built<'a> {
 
 /// What a request offers to actions.
 pub(crate) struct RequestView<'a> {
-    pub(crate) head: Head<'a>,
+    pub(crate) parts: &'a Parts,
     pub(crate) client_ip: Option<IpAddr>,
     pub(crate) max_value_bytes: usize,
 }
@@ -153,20 +153,20 @@ impl<'a> RequestView<'a> {
 
     /// The value `action` reads from the request; `None` when missing.
     pub(crate) fn value(&self, action: &'a Action) -> Option<Value<'a>> {
-        let head = self.head;
+        let parts = self.parts;
         match action {
             Action::RemoteAddress => self.client_ip.map(|ip| Value::Ip(IpText::new(ip))),
             Action::RequestHeader { header_name, .. } | Action::ApiKey { header_name } => {
-                let value = head.headers.get(header_name.as_str())?.to_str().ok()?;
+                let value = parts.headers.get(header_name.as_str())?.to_str().ok()?;
                 Some(Value::Text(self.capped(value)))
             }
             Action::GenericKey {
                 descriptor_value, ..
             } => Some(Value::Text(descriptor_value)),
-            Action::Method => Some(Value::Text(head.method.as_str())),
-            Action::Path => Some(Value::Text(self.capped(head.uri.path()))),
+            Action::Method => Some(Value::Text(parts.method.as_str())),
+            Action::Path => Some(Value::Text(self.capped(parts.uri.path()))),
             Action::Host => {
-                let host = self.capped(request_host(head)?);
+                let host = self.capped(request_host(parts)?);
                 Some(if host.bytes().any(|b| b.is_ascii_uppercase()) {
                     Value::Owned(host.to_ascii_lowercase())
                 } else {

@@ -37,7 +37,6 @@ use yoke::Yoke;
 use crate::body::RateLimitBody;
 use crate::cost::{AtHead, CostOutcome, Settler, TrailersWanted};
 use crate::decide::{self, Step};
-use crate::head::Head;
 use crate::headers::add_rate_limit_headers;
 use crate::lease::{Leases, Releaser, Releasing};
 use crate::problem;
@@ -220,16 +219,10 @@ where
     R: Send + 'static,
     St: Store,
 {
+    let (parts, body) = request.into_parts();
     let mut next = Next::Forward;
     let applied: Yoke<Applied<'static>, Arc<RuleSet>> = Yoke::attach_to_cart(loaded, |rules| {
-        let decided = poll_once(decide::by_rules(
-            shared,
-            rules,
-            None,
-            domain,
-            Head::of(&request),
-            peer,
-        ));
+        let decided = poll_once(decide::by_rules(shared, rules, None, domain, &parts, peer));
         let step = decided.unwrap_or_else(|| {
             // The store said it answers at once and did not: an outage,
             // reported as one (nothing is known to be counted).
@@ -273,6 +266,7 @@ where
             }
         }
     });
+    let request = Request::from_parts(parts, body);
     match next {
         Next::Forward => call(inner, request, None, Duration::ZERO),
         Next::Answer(answer, leases) => ResponseFuture::answered(Ok(answer), leases),
@@ -407,15 +401,7 @@ where
     let mut found = Found::EMPTY;
     let step = match (&shared.policy, &loaded) {
         (Policy::Rules { domain, .. }, Some(rules)) => {
-            decide::by_rules(
-                &shared,
-                rules,
-                Some(&mut found),
-                domain,
-                Head::of_parts(&parts),
-                peer,
-            )
-            .await
+            decide::by_rules(&shared, rules, Some(&mut found), domain, &parts, peer).await
         }
         (Policy::Inline(inline), _) => decide::by_inline(&shared, inline, &parts, peer).await,
         (Policy::Rules { .. }, None) => Step::Forward,

@@ -13,7 +13,6 @@ use tollgate_core::Limit;
 use tollgate_rules::{Action, ResponseCost, StatusFilter};
 
 use crate::descriptors::{write_key, IpText, RequestView, DEFAULT_MAX_VALUE_BYTES};
-use crate::head::Head;
 use crate::shaping::Shaping;
 
 /// Store keys of inline limits start with this byte, as the decision
@@ -51,7 +50,7 @@ impl KeyExtractor for ClientIp {
 impl KeyExtractor for Vec<Action> {
     fn extract(&self, request: &Parts, client_ip: Option<IpAddr>, key: &mut Vec<u8>) -> bool {
         let view = RequestView {
-            head: Head::of_parts(request),
+            parts: request,
             client_ip,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
         };

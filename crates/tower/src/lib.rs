@@ -84,8 +84,7 @@
 //! - `body`: [`RateLimitBody`], which holds leases until the body ends.
 //! - `lease`: releasing `concurrency` leases, also from `Drop`.
 //! - `cost`: settling a request's actual cost from its response.
-//! - `head`, `route`, `descriptors`: what a decision reads of a request,
-//!   its route and descriptors.
+//! - `route`, `descriptors`: a request's route and descriptors.
 //! - `client_ip`, `forwarded`: the client IP and the forwarding headers.
 //! - `shaping`: [`Shaping`] (nodelay, delay=N).
 //! - `inline`: inline limits and [`KeyExtractor`].
@@ -101,7 +100,6 @@ mod descriptors;
 mod forwarded;
 mod future;
 mod grouping;
-mod head;
 pub mod headers;
 mod inline;
 mod layer;

@@ -13,9 +13,8 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::LazyLock;
 
+use http::request::Parts;
 use tollgate_rules::{Domain, Route};
-
-use crate::head::Head;
 
 /// The route of a rules file without `routes:`.
 static DEFAULT_ROUTE: LazyLock<Route> = LazyLock::new(Route::default_route);
@@ -24,7 +23,7 @@ static DEFAULT_ROUTE: LazyLock<Route> = LazyLock::new(Route::default_route);
 /// client address (`None`: not known).
 pub(crate) fn select<'r>(
     domain: &'r Domain,
-    head: Head<'_>,
+    parts: &Parts,
     client: impl Fn() -> Option<IpAddr>,
 ) -> Option<&'r Route> {
     let Some(routes) = domain.routes() else {
@@ -34,11 +33,11 @@ pub(crate) fn select<'r>(
     // lookup and a UTF-8 check, on every request, for routes that mostly
     // match by path.
     let host = OnceCell::new();
-    let method = head.method.as_str();
-    let path = head.uri.path();
+    let method = parts.method.as_str();
+    let path = parts.uri.path();
     routes.iter().find(|r| {
         let host = match r.matcher.host {
-            Some(_) => *host.get_or_init(|| request_host(head)),
+            Some(_) => *host.get_or_init(|| request_host(parts)),
             None => None,
         };
         r.matcher.matches(method, host, path)
@@ -49,11 +48,11 @@ pub(crate) fn select<'r>(
 /// The host a request names, without port: the URI's authority (HTTP/2,
 /// absolute-form requests), else the `Host` header. IPv6 literals keep
 /// their brackets.
-pub(crate) fn request_host<'a>(head: Head<'a>) -> Option<&'a str> {
-    if let Some(host) = head.uri.host() {
+pub(crate) fn request_host(parts: &Parts) -> Option<&str> {
+    if let Some(host) = parts.uri.host() {
         return Some(host);
     }
-    let value = head.headers.get(http::header::HOST)?.to_str().ok()?;
+    let value = parts.headers.get(http::header::HOST)?.to_str().ok()?;
     let host = if value.starts_with('[') {
         value.find(']').map_or(value, |end| &value[..=end])
     } else {
@@ -64,8 +63,6 @@ pub(crate) fn request_host<'a>(head: Head<'a>) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
-    use http::request::Parts;
-
     use super::*;
 
     fn parts(uri: &str, host: Option<&str>) -> Parts {
@@ -79,25 +76,22 @@ mod tests {
     #[test]
     fn hosts_come_from_the_authority_or_the_host_header_without_port() {
         assert_eq!(
-            request_host(Head::of_parts(&parts("http://a.example:81/x", Some("b")))),
+            request_host(&parts("http://a.example:81/x", Some("b"))),
             Some("a.example")
         );
         assert_eq!(
-            request_host(Head::of_parts(&parts("/x", Some("b.example:8080")))),
+            request_host(&parts("/x", Some("b.example:8080"))),
             Some("b.example")
         );
         assert_eq!(
-            request_host(Head::of_parts(&parts("/x", Some("[::1]:8080")))),
+            request_host(&parts("/x", Some("[::1]:8080"))),
             Some("[::1]")
         );
         assert_eq!(
-            request_host(Head::of_parts(&parts("/x", Some("c.example")))),
+            request_host(&parts("/x", Some("c.example"))),
             Some("c.example")
         );
-        assert_eq!(
-            request_host(Head::of_parts(&parts("/x", Some(":80")))),
-            None
-        );
-        assert_eq!(request_host(Head::of_parts(&parts("/x", None))), None);
+        assert_eq!(request_host(&parts("/x", Some(":80"))), None);
+        assert_eq!(request_host(&parts("/x", None)), None);
     }
 }
