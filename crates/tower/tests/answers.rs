@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use support::*;
 use tollgate_core::{AlgorithmName, Limit, Rate};
 use tollgate_testkit::DownStore;
 use tollgate_tower::{ClientIp, RateLimitLayer, Settings};
+use tower::util::BoxCloneService;
 use tower::{service_fn, Layer, ServiceExt};
 
 const PER_IP: &str = r#"
@@ -30,14 +32,23 @@ descriptors:
       - {unit: hour, requests_per_unit: 100}
 "#;
 
-#[tokio::test(start_paused = true)]
-async fn over_the_limit_is_429_with_headers_and_a_problem_body() {
+/// The inner services of these tests.
+type Inner = BoxCloneService<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible>;
+
+/// An inner service that answers `200` and counts its calls.
+fn counting_inner() -> (Arc<AtomicUsize>, Inner) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
     let inner = service_fn(move |r: Request<Full<Bytes>>| {
         counted.fetch_add(1, Ordering::SeqCst);
         ok(r)
     });
+    (calls, BoxCloneService::new(inner))
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_the_limit_is_429_with_headers_and_a_problem_body() {
+    let (calls, inner) = counting_inner();
     let service = RateLimitLayer::from_rules(store(), rules(PER_IP), "edge").layer(inner);
     for _ in 0..2 {
         let admitted = service
@@ -159,12 +170,7 @@ async fn retrying_after_retry_after_is_admitted_and_a_millisecond_earlier_is_not
 #[tokio::test]
 async fn a_store_that_fails_is_503_with_a_problem_body_naming_no_internals() {
     let recorder = Recorder::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&calls);
-    let inner = service_fn(move |r: Request<Full<Bytes>>| {
-        counted.fetch_add(1, Ordering::SeqCst);
-        ok(r)
-    });
+    let (calls, inner) = counting_inner();
     let service =
         RateLimitLayer::from_rules(DownStore::new("connection refused"), rules(PER_IP), "edge")
             .with_observer(recorder.clone())
@@ -241,12 +247,7 @@ async fn a_store_that_answers_later_gets_the_same_answers_as_one_that_answers_at
 #[tokio::test]
 async fn a_store_that_says_it_answers_at_once_and_does_not_is_an_outage() {
     let recorder = Recorder::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&calls);
-    let inner = service_fn(move |r: Request<Full<Bytes>>| {
-        counted.fetch_add(1, Ordering::SeqCst);
-        ok(r)
-    });
+    let (calls, inner) = counting_inner();
     // Says it answers at once, and yields before each check.
     let store = WatchedStore::new(store()).yielding();
     let service = RateLimitLayer::from_rules(store, rules(PER_IP), "edge")
