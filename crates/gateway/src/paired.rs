@@ -18,6 +18,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -57,43 +58,67 @@ struct Pairing<B> {
     timer: Option<Pin<Box<Sleep>>>,
 }
 
+/// A pair's shared state, and whether its driver has something to look
+/// at in it.
+struct Shared<B> {
+    pairing: Mutex<Pairing<B>>,
+    /// Set, under the lock, when a connection is handed over (and the
+    /// driver's waker taken to wake it): the driver locks the pairing only
+    /// then, or when its task's waker changed, not each time its task is
+    /// polled (several times per request, for the client's side as much
+    /// as for the upstream's).
+    attention: AtomicBool,
+}
+
 /// A client connection's upstream connection, put into each of its
 /// requests' extensions by the gateway's listener; cheap to clone.
 pub struct PairedUpstream<B = Incoming> {
-    pairing: Arc<Mutex<Pairing<B>>>,
+    shared: Arc<Shared<B>>,
 }
 
 impl<B> Clone for PairedUpstream<B> {
     fn clone(&self) -> Self {
         PairedUpstream {
-            pairing: Arc::clone(&self.pairing),
+            shared: Arc::clone(&self.shared),
         }
+    }
+}
+
+impl<B> PairedUpstream<B> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Pairing<B>> {
+        self.shared.pairing.lock()
     }
 }
 
 /// Polls a pair's upstream connection, in the client connection's task;
 /// never completes (the client connection's end ends the task).
 pub(crate) struct PairDriver<B = Incoming> {
-    pairing: Arc<Mutex<Pairing<B>>>,
+    shared: Arc<Shared<B>>,
     running: Option<Driving>,
+    /// The waker last left in the pairing for a hand-over to wake.
+    registered: Option<Waker>,
 }
 
 /// An empty pair and its driver.
 pub(crate) fn pair<B>() -> (PairedUpstream<B>, PairDriver<B>) {
-    let pairing = Arc::new(Mutex::new(Pairing {
-        sender: None,
-        handed_over: None,
-        driver: None,
-        connecting: false,
-        timer: None,
-    }));
+    let shared = Arc::new(Shared {
+        pairing: Mutex::new(Pairing {
+            sender: None,
+            handed_over: None,
+            driver: None,
+            connecting: false,
+            timer: None,
+        }),
+        attention: AtomicBool::new(false),
+    });
     (
         PairedUpstream {
-            pairing: Arc::clone(&pairing),
+            shared: Arc::clone(&shared),
         },
         PairDriver {
-            pairing,
+            shared,
             running: None,
+            registered: None,
         },
     )
 }
@@ -102,19 +127,31 @@ impl<B> Future for PairDriver<B> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
         loop {
-            if let Some(running) = self.running.as_mut() {
+            if let Some(running) = this.running.as_mut() {
                 if running.as_mut().poll(cx).is_ready() {
                     // The upstream closed it: the sender says so, and the
                     // next request makes a new one.
-                    self.running = None;
+                    this.running = None;
                 }
             }
-            let mut pairing = self.pairing.lock();
+            // Nothing handed over, and the pairing holds this task's
+            // waker: nothing to look at.
+            if !this.shared.attention.load(Ordering::Acquire)
+                && this
+                    .registered
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                return Poll::Pending;
+            }
+            let mut pairing = this.shared.pairing.lock();
+            this.shared.attention.store(false, Ordering::Relaxed);
             if let Some(next) = pairing.handed_over.take() {
                 drop(pairing);
                 // A new connection replaces one the upstream closed.
-                self.running = Some(next);
+                this.running = Some(next);
                 continue;
             }
             if !pairing
@@ -124,6 +161,7 @@ impl<B> Future for PairDriver<B> {
             {
                 pairing.driver = Some(cx.waker().clone());
             }
+            this.registered = pairing.driver.clone();
             return Poll::Pending;
         }
     }
@@ -144,7 +182,7 @@ impl<B> UpstreamTimer<B> {
     /// A timer that fires at `deadline`: `pair`'s when it is free, else
     /// one of the request's own.
     pub(crate) fn new(pair: Option<&PairedUpstream<B>>, deadline: Instant) -> UpstreamTimer<B> {
-        let kept = pair.and_then(|p| Some((p.pairing.lock().timer.take()?, p)));
+        let kept = pair.and_then(|p| Some((p.lock().timer.take()?, p)));
         match kept {
             Some((mut timer, pair)) => {
                 timer.as_mut().reset(deadline);
@@ -217,7 +255,7 @@ impl<F: Future> Future for Within<'_, F> {
 impl<B> Drop for UpstreamTimer<B> {
     fn drop(&mut self) {
         if let (Some(owner), Some(timer)) = (&self.owner, self.timer.take()) {
-            let mut pairing = owner.pairing.lock();
+            let mut pairing = owner.lock();
             if pairing.timer.is_none() {
                 pairing.timer = Some(timer);
             }
@@ -277,7 +315,7 @@ where
         &self,
         request: Request<B>,
     ) -> Attempt<Pin<Box<impl Future<Output = Answer<B>> + Send + 'static>>, B> {
-        let mut pairing = self.pairing.lock();
+        let mut pairing = self.lock();
         if pairing.sender.as_ref().is_some_and(SendRequest::is_closed) {
             pairing.sender = None;
         }
@@ -309,13 +347,14 @@ where
     ) -> Sent<B> {
         let made = self.connect(connector, upstream).await;
         let sending = {
-            let mut pairing = self.pairing.lock();
+            let mut pairing = self.lock();
             pairing.connecting = false;
             let (mut sender, connection) = match made {
                 Ok(made) => made,
                 Err(error) => return Sent::Answered(Err(error)),
             };
             pairing.handed_over = Some(connection);
+            self.shared.attention.store(true, Ordering::Release);
             if let Some(driver) = pairing.driver.take() {
                 driver.wake();
             }

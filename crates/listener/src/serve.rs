@@ -133,7 +133,10 @@ where
             head: settings.header_read_timeout,
         };
         tokio::spawn(async move {
+            // In a fixed order: each wake-up polls both anyway, and a
+            // random order costs a random number per wake-up.
             tokio::select! {
+                biased;
                 served = drive(connection, &activity, timeouts, stopping) => {
                     if let Err(error) = served {
                         tracing::debug!(%peer, %error, "connection ended with an error");
