@@ -52,8 +52,10 @@ impl Seed {
     }
 }
 
-/// Keys up to this long are remembered by [`Seed::fingerprint_recent`].
-const RECENT_KEY_BYTES: usize = 32;
+/// Keys up to this long are remembered by [`Seed::fingerprint_recent`]:
+/// a rules key (its prefix, `tg1|`, the domain and each descriptor key,
+/// then the values) is over 32 bytes for most rules.
+const RECENT_KEY_BYTES: usize = 64;
 
 /// The last key a thread fingerprinted, and its fingerprint.
 struct Recent {
@@ -113,14 +115,19 @@ impl Seed {
     }
 }
 
-/// Copies `key` (at most 32 bytes) to the front of `to`: whole words, as
+/// Copies `key` (at most 64 bytes) to the front of `to`: whole words, as
 /// [`same_short_bytes`] compares them, rather than a call to `memcpy`.
 #[inline(always)]
 fn copy_short_bytes(to: &mut [u8; RECENT_KEY_BYTES], key: &[u8]) {
     let len = key.len();
     let mut word = |at: usize| to[at..at + 8].copy_from_slice(&key[at..at + 8]);
     match len {
-        16..=RECENT_KEY_BYTES => {
+        33..=RECENT_KEY_BYTES => {
+            for at in [0, 8, 16, 24, len - 32, len - 24, len - 16, len - 8] {
+                word(at);
+            }
+        }
+        16..=32 => {
             word(0);
             word(8);
             word(len - 16);
@@ -134,10 +141,10 @@ fn copy_short_bytes(to: &mut [u8; RECENT_KEY_BYTES], key: &[u8]) {
     }
 }
 
-/// Whether `a` and `b`, of one length of at most 32 bytes, hold the same
-/// bytes: two or four word comparisons (overlapping when the length is not a
-/// multiple of eight) instead of a call to `memcmp`, which on a hot key cost
-/// as much as the rest of the remembered-key lookup.
+/// Whether `a` and `b`, of one length of at most 64 bytes, hold the same
+/// bytes: two, four or eight word comparisons (overlapping when the length
+/// is not a multiple of eight) instead of a call to `memcmp`, which on a
+/// hot key cost as much as the rest of the remembered-key lookup.
 #[inline(always)]
 fn same_short_bytes(a: &[u8], b: &[u8]) -> bool {
     let len = a.len();
@@ -150,7 +157,10 @@ fn same_short_bytes(a: &[u8], b: &[u8]) -> bool {
         u64::from_ne_bytes(w)
     };
     match len {
-        16..=RECENT_KEY_BYTES => {
+        33..=RECENT_KEY_BYTES => [0, 8, 16, 24, len - 32, len - 24, len - 16, len - 8]
+            .into_iter()
+            .all(|at| word(a, at) == word(b, at)),
+        16..=32 => {
             word(a, 0) == word(b, 0)
                 && word(a, 8) == word(b, 8)
                 && word(a, len - 16) == word(b, len - 16)

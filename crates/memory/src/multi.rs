@@ -23,7 +23,7 @@ use tollgate_core::algorithm::Slot;
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::{Decision, LimitError};
 
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, Seed};
 use crate::limiter::Limiter;
 use crate::table::LockedShard;
 
@@ -59,9 +59,21 @@ fn plan<'r>(
 ) -> Result<(PerCell<Cell<'r>>, PerCell<usize>), LimitError> {
     let mut cells: PerCell<Cell<'r>> = SmallVec::with_capacity(requests.len());
     let mut of_request: PerCell<usize> = SmallVec::with_capacity(requests.len());
+    // The key of the request before, its seed and its fingerprint: a
+    // descriptor's limits are asked one after the other with the very same
+    // key, and the tables of one store fingerprint under its seed.
+    let mut last: Option<(&[u8], Seed, Fingerprint)> = None;
     for &(limiter, key) in requests {
         let table = limiter.table();
-        let (table_id, fp) = (limiter.table_id(), table.fingerprint(key));
+        let seed = table.seed();
+        let fp = match last {
+            Some((last_key, last_seed, fp)) if std::ptr::eq(last_key, key) && last_seed == seed => {
+                fp
+            }
+            _ => table.fingerprint(key),
+        };
+        last = Some((key, seed, fp));
+        let table_id = limiter.table_id();
         match cells
             .iter()
             .position(|c| c.table_id == table_id && c.fp == fp)

@@ -24,6 +24,9 @@ use crate::shard::{Ctx, Shard};
 pub(crate) trait ErasedTable: Send + Sync {
     /// The fingerprint of `key` under the store's seed.
     fn fingerprint(&self, key: &[u8]) -> Fingerprint;
+
+    /// The store's seed, which the table fingerprints keys under.
+    fn seed(&self) -> Seed;
     /// The shard holding `fp`.
     fn shard_of(&self, fp: Fingerprint) -> usize;
     /// Keys held, summed over shards (each locked in turn).
@@ -186,6 +189,10 @@ impl<A: Keyed> Table<A> {
 impl<A: Keyed> ErasedTable for Table<A> {
     fn fingerprint(&self, key: &[u8]) -> Fingerprint {
         self.seed.fingerprint(key)
+    }
+
+    fn seed(&self) -> Seed {
+        self.seed
     }
 
     fn shard_of(&self, fp: Fingerprint) -> usize {

@@ -209,3 +209,18 @@ fn reserve_all_waits_for_a_bucket_in_debt() {
     // At 1.5 s only those at 1.0 and 1.5 s are inside its one-second window.
     assert_eq!(remaining(&window, b"k", 1_500 * NANOS_PER_MS), 98);
 }
+
+#[test]
+fn one_key_in_the_tables_of_two_stores_is_found_by_each_store_alone() {
+    // Two stores, two seeds: each table must fingerprint the key under its
+    // own seed even when the same key comes twice in a row.
+    let (first, second) = (store(), store());
+    assert_ne!(first.seed(), second.seed());
+    let a = limiter(&first, AlgorithmName::FixedWindow, "1/min");
+    let b = limiter(&second, AlgorithmName::FixedWindow, "1/min");
+    let key = &b"alice"[..];
+    let decisions = first.check_all(&[(&a, key), (&b, key)], 0, 1).unwrap();
+    assert!(decisions.iter().all(|d| d.allowed));
+    assert_eq!(remaining(&a, key, 0), 0);
+    assert_eq!(remaining(&b, key, 0), 0);
+}
