@@ -48,7 +48,7 @@ mod one_limit;
 mod outcome;
 
 pub use descriptor_rules::DescriptorRules;
-pub use one_limit::OneLimit;
+pub use one_limit::{OneLimit, PlainDecided, PlainRule};
 pub use outcome::{denied, limit_name, AppliedLimit, DescriptorOutcome, Outcome};
 
 /// Store keys of rules counters start with this byte (inline keys start

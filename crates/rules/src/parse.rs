@@ -438,6 +438,7 @@ impl<'f> FileParser<'f> {
         }
         let name = name.map(|(n, _)| n);
         let header_names = crate::rule::header_names(name.as_deref().unwrap_or(id), &limits);
+        let policies = limits.iter().map(Limit::policy).collect();
         Ok(Rule {
             id: id.to_string(),
             domain: domain.to_string(),
@@ -454,6 +455,7 @@ impl<'f> FileParser<'f> {
             metadata: None,
             key_prefix: key_prefix(domain, path),
             exact_entries: false,
+            policies,
             header_names,
             line,
         })

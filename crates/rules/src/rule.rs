@@ -8,6 +8,7 @@
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
+use tollgate_core::policy::QuotaPolicy;
 use tollgate_core::Limit;
 
 use crate::metadata::Metadata;
@@ -186,6 +187,10 @@ pub struct Rule {
     /// [`Rule::limit_header_name`]); derived from `name`, `id` and
     /// `limits`, so left out of the comparison.
     pub(crate) header_names: Vec<String>,
+    /// Each limit's `RateLimit-Policy` quota and window
+    /// ([`Limit::policy`]), worked out at load rather than on every
+    /// answer; follows from `limits`, so left out of the comparison.
+    pub(crate) policies: Vec<QuotaPolicy>,
     pub(crate) line: usize,
 }
 
@@ -317,6 +322,19 @@ impl Rule {
         match self.header_names.get(l) {
             Some(name) => name,
             None => self.name().unwrap_or(self.id()),
+        }
+    }
+
+    /// What `RateLimit-Policy` announces for limit `l` (its
+    /// [`Limit::policy`], worked out when the rule was loaded); for an
+    /// index past the rule's limits, nothing admitted over one second.
+    pub fn limit_policy(&self, l: usize) -> QuotaPolicy {
+        match self.policies.get(l) {
+            Some(policy) => *policy,
+            None => QuotaPolicy {
+                quota: 0,
+                window_secs: 1,
+            },
         }
     }
 

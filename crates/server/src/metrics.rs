@@ -21,6 +21,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -169,7 +170,10 @@ pub struct Metrics {
     /// neither allocates labels nor hashes them into five families; hashed
     /// with foldhash, seeded at random (see the root Cargo.toml), since a
     /// decision hashes its rule's labels here every time.
-    by_rule: RwLock<HashMap<RuleKey, RuleCounters, RandomState>>,
+    by_rule: RwLock<HashMap<RuleKey, Arc<RuleCounters>, RandomState>>,
+    /// This registry among the process's, for the threads' caches of
+    /// [`RECENT_RULES`].
+    id: u64,
     /// The counters of inline limits (`rule="inline"`), made on the first
     /// inline decision, so counting one is a few atomic increments.
     inline: OnceLock<RuleCounters>,
@@ -215,6 +219,55 @@ pub struct RuleTrend {
 
 /// The routes whose latency histogram handles are made up front.
 const DECISION_ROUTES: [&str; 5] = ["check", "reserve", "json", "grpc", "gateway"];
+
+/// The ids given to registries ([`Metrics::id`]).
+static NEXT_METRICS_ID: AtomicU64 = AtomicU64::new(0);
+
+/// How many rules' counters a thread keeps at hand.
+const RECENT_RULES_KEPT: usize = 8;
+
+thread_local! {
+    /// The counters of the rules this thread counted last, so that counting
+    /// a decision is a few comparisons and atomic increments rather than a
+    /// lock and a hash of its labels (on every request of the gateway and
+    /// the decision service). Counters are never removed from a registry,
+    /// so a kept handle stays the registry's.
+    static RECENT_RULES: std::cell::RefCell<RecentRules> =
+        const { std::cell::RefCell::new(RecentRules { rules: Vec::new(), next: 0 }) };
+}
+
+/// A thread's [`RECENT_RULES`].
+struct RecentRules {
+    rules: Vec<RecentRule>,
+    /// The entry to replace next, once full.
+    next: usize,
+}
+
+/// One rule's counters in a registry, kept by a thread.
+struct RecentRule {
+    metrics: u64,
+    domain: Box<str>,
+    rule: Box<str>,
+    counters: Arc<RuleCounters>,
+}
+
+impl RecentRules {
+    fn find(&self, metrics: u64, domain: &str, rule: &str) -> Option<&RuleCounters> {
+        self.rules
+            .iter()
+            .find(|r| r.metrics == metrics && *r.rule == *rule && *r.domain == *domain)
+            .map(|r| &*r.counters)
+    }
+
+    fn keep(&mut self, rule: RecentRule) {
+        if self.rules.len() < RECENT_RULES_KEPT {
+            self.rules.push(rule);
+        } else if let Some(slot) = self.rules.get_mut(self.next) {
+            *slot = rule;
+            self.next = (self.next + 1) % RECENT_RULES_KEPT;
+        }
+    }
+}
 
 /// One rule's counters.
 struct RuleCounters {
@@ -353,6 +406,7 @@ impl Metrics {
             detailed: Mutex::new(ValueLabels::default()),
             values_per_rule: DEFAULT_VALUES_PER_RULE,
             by_rule: RwLock::new(HashMap::with_hasher(RandomState::default())),
+            id: NEXT_METRICS_ID.fetch_add(1, Ordering::Relaxed),
             inline: OnceLock::new(),
             routes: Vec::new(),
             refused: RwLock::new(HashMap::with_hasher(RandomState::default())),
@@ -494,25 +548,71 @@ impl Metrics {
             Some(label) => self.detailed_label(rule, label),
             None => Cow::Borrowed(rule),
         };
+        // The usual case: a rule this thread counted lately, found without
+        // the lock and the hash.
+        if detailed.is_none() && self.count_recent(domain, rule, decision, verdict) {
+            return;
+        }
         let key = RuleKeyRef {
             domain,
             rule: &label,
         };
-        // The common case takes a read lock and allocates nothing.
-        if let Some(counters) = self.by_rule.read().get(&key) {
-            counters.count(decision, verdict);
-            return;
-        }
-        let mut counters = self.rule_counters(domain, &label);
-        counters.rule_of_value = detailed.map(|_| rule.to_owned());
+        // Else a read lock, allocating nothing.
+        let found = self.by_rule.read().get(&key).cloned();
+        let counters = match found {
+            Some(counters) => counters,
+            None => {
+                let mut counters = self.rule_counters(domain, &label);
+                counters.rule_of_value = detailed.map(|_| rule.to_owned());
+                let counters = Arc::new(counters);
+                let mut by_rule = self.by_rule.write();
+                // Another thread may have made them meanwhile: theirs stay.
+                Arc::clone(
+                    by_rule
+                        .entry(RuleKey {
+                            domain: domain.to_owned(),
+                            rule: label.clone().into_owned(),
+                        })
+                        .or_insert(counters),
+                )
+            }
+        };
         counters.count(decision, verdict);
-        self.by_rule.write().insert(
-            RuleKey {
-                domain: domain.to_owned(),
-                rule: label.into_owned(),
-            },
-            counters,
-        );
+        if detailed.is_none() {
+            RECENT_RULES.with(|recent| {
+                if let Ok(mut recent) = recent.try_borrow_mut() {
+                    recent.keep(RecentRule {
+                        metrics: self.id,
+                        domain: domain.into(),
+                        rule: rule.into(),
+                        counters,
+                    });
+                }
+            });
+        }
+    }
+
+    /// Counts the decision on the counters of (`domain`, `rule`) if this
+    /// thread has them at hand; whether it had.
+    fn count_recent(
+        &self,
+        domain: &str,
+        rule: &str,
+        decision: &Decision,
+        verdict: Verdict,
+    ) -> bool {
+        RECENT_RULES.with(|recent| {
+            let Ok(recent) = recent.try_borrow() else {
+                return false;
+            };
+            match recent.find(self.id, domain, rule) {
+                Some(counters) => {
+                    counters.count(decision, verdict);
+                    true
+                }
+                None => false,
+            }
+        })
     }
 
     /// Counts an inline limit's decision (`domain=""`, `rule="inline"`), as
@@ -969,6 +1069,46 @@ mod tests {
         assert!(metrics
             .top_refused("api", "api.user", 10, now + 301_000)
             .is_empty());
+    }
+
+    #[test]
+    fn two_registries_on_one_thread_count_only_their_own_decisions() {
+        // The thread keeps the counters it used last at hand: they must be
+        // the registry's that counts, not the other one's of the same rule.
+        let (first, second) = (Metrics::new(), Metrics::new());
+        let counted = |m: &Metrics| -> Vec<(String, String, u64)> {
+            m.current_counts()
+                .into_iter()
+                .map(|(domain, rule, counts)| (domain, rule, counts.allowed))
+                .collect()
+        };
+        for _ in 0..3 {
+            first.count("api", "api.user", None, &decision(10, 9), Verdict::Allowed);
+        }
+        second.count("api", "api.user", None, &decision(10, 9), Verdict::Allowed);
+        first.count("api", "api.ip", None, &decision(10, 9), Verdict::Allowed);
+        // More rules than the thread keeps, so that some are found again
+        // in the registry after being let go.
+        for i in 0..2 * RECENT_RULES_KEPT {
+            second.count(
+                "api",
+                &format!("r{i}"),
+                None,
+                &decision(10, 9),
+                Verdict::Allowed,
+            );
+        }
+        second.count("api", "api.user", None, &decision(10, 9), Verdict::Allowed);
+        let user = |m: &Metrics| {
+            counted(m)
+                .into_iter()
+                .find(|(_, rule, _)| rule == "api.user")
+                .map(|(_, _, allowed)| allowed)
+        };
+        assert_eq!(user(&first), Some(3));
+        assert_eq!(user(&second), Some(2));
+        assert_eq!(counted(&first).len(), 2);
+        assert_eq!(counted(&second).len(), 1 + 2 * RECENT_RULES_KEPT);
     }
 
     #[test]

@@ -8,15 +8,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::{Decision, StoreError};
-use tollgate_rules::check::{OneLimit, Outcome};
+use tollgate_rules::check::{OneLimit, Outcome, PlainDecided};
 use tollgate_tower::{CostOutcome, Observer};
 
+use crate::latency::LatencyHistogram;
 use crate::metrics::{Metrics, Verdict};
 
 /// Counts each decision of the gateway's rate-limiting layer in `Metrics`.
 #[derive(Clone)]
 pub struct MetricsObserver {
     metrics: Arc<Metrics>,
+    /// The `gateway` route's latency histogram, kept rather than found by
+    /// name per decision.
+    latency: LatencyHistogram,
     /// Whether the store's refusal to settle has been logged.
     settle_unsupported_logged: Arc<AtomicBool>,
 }
@@ -25,6 +29,7 @@ impl MetricsObserver {
     /// Counting into `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
         MetricsObserver {
+            latency: metrics.route_latency("gateway"),
             metrics,
             settle_unsupported_logged: Arc::default(),
         }
@@ -54,7 +59,7 @@ impl Observer for MetricsObserver {
                 }
             }
         }
-        self.metrics.observe_latency("gateway", took);
+        self.latency.observe(took);
     }
 
     /// What `rules_decided` counts for the outcome of one enforced limit.
@@ -73,13 +78,37 @@ impl Observer for MetricsObserver {
         if !decision.allowed {
             self.metrics.count_refusal(domain, rule, key);
         }
-        self.metrics.observe_latency("gateway", took);
+        self.latency.observe(took);
+    }
+
+    /// What `rules_decided` counts for the outcome of plain rules.
+    fn plain_decided(
+        &self,
+        domain: &str,
+        _route: Option<&str>,
+        decided: &[PlainDecided<'_, '_>],
+        took: Duration,
+    ) {
+        for d in decided {
+            let rule = d.rule.id();
+            self.metrics.count(
+                domain,
+                rule,
+                None,
+                &d.decision,
+                Verdict::of(&d.decision, false),
+            );
+            if !d.decision.allowed {
+                self.metrics.count_refusal(domain, rule, d.key);
+            }
+        }
+        self.latency.observe(took);
     }
 
     fn inline_decided(&self, name: &str, decision: &Decision, shadow: bool, took: Duration) {
         let verdict = Verdict::of(decision, shadow);
         self.metrics.count("", name, None, decision, verdict);
-        self.metrics.observe_latency("gateway", took);
+        self.latency.observe(took);
     }
 
     fn cost_settled(&self, outcome: CostOutcome) {

@@ -7,11 +7,13 @@
 
 use std::cell::OnceCell;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::Instant;
 
 use http::request::Parts;
-use tollgate_core::{AlgorithmName, LimitKey, Moment, Store};
-use tollgate_rules::check::{OneLimit, Plan};
+use smallvec::SmallVec;
+use tollgate_core::{AlgorithmName, LimitKey, Moment, Store, StoreError};
+use tollgate_rules::check::{OneLimit, PlainDecided, PlainRule, Plan};
 use tollgate_rules::overrides::Found;
 use tollgate_rules::{Action, Descriptor, Domain, OnMissing, Route, RuleSet};
 
@@ -104,9 +106,18 @@ pub(crate) async fn by_rules<'r, St: Store>(
         .as_ref()
         .filter(|t| found.is_some() && !t.is_empty());
     let plain = !shadow && !charging && overrides.is_none();
-    if let (true, [actions]) = (plain, route.descriptors.as_slice()) {
-        if let Some((one, key)) = one_limit(domain, &view, actions, shared.settings.quota_mode) {
-            return by_one_limit(shared, domain_name, route, one, key, started).await;
+    if plain {
+        let quota_mode = shared.settings.quota_mode;
+        if let [actions] = route.descriptors.as_slice() {
+            if let Some((one, key)) = one_limit(domain, &view, actions, quota_mode) {
+                return by_one_limit(shared, domain_name, route, one, key, started).await;
+            }
+        }
+        // Several descriptors, or limits, each by a plain rule: one store
+        // call, its decisions summed without a plan's lists.
+        let mut keys = Vec::with_capacity(KEY_CAPACITY);
+        if let Some(found) = plain_rules(domain, &view, &route.descriptors, quota_mode, &mut keys) {
+            return by_plain_rules(shared, domain_name, route, &found, &keys, started).await;
         }
     }
     let plan = {
@@ -208,6 +219,49 @@ fn one_limit<'r>(
 /// allocation.
 const KEY_CAPACITY: usize = 128;
 
+/// Room on the stack for the plain rules of a request, and their limits.
+const PLAIN: usize = 4;
+
+/// A request's plain rules, each with where its store key is.
+type PlainRules<'r> = SmallVec<[(PlainRule<'r>, Range<usize>); PLAIN]>;
+
+/// A request's plain rules ([`PlainRule`]), one per descriptor of its
+/// route, each with the range of `keys` its store key was written to;
+/// `None` when a descriptor has no plain rule or a value is missing (or
+/// skipped), or the route makes no descriptor: decide through a plan.
+fn plain_rules<'r>(
+    domain: &'r Domain,
+    view: &RequestView<'_>,
+    descriptors: &[Vec<Action>],
+    global_quota: bool,
+    keys: &mut Vec<u8>,
+) -> Option<PlainRules<'r>> {
+    fn keyed<'r, D: Descriptor + ?Sized>(
+        domain: &'r Domain,
+        descriptor: &D,
+        global_quota: bool,
+        keys: &mut Vec<u8>,
+    ) -> Option<(PlainRule<'r>, Range<usize>)> {
+        let plain = PlainRule::find(domain, descriptor, false, global_quota)?;
+        let start = keys.len();
+        plain.write_key(descriptor, keys);
+        Some((plain, start..keys.len()))
+    }
+    if descriptors.is_empty() {
+        return None;
+    }
+    descriptors
+        .iter()
+        .map(|actions| match actions.as_slice() {
+            [action] => {
+                let entry = [(action.descriptor_key(), view.value(action)?)];
+                keyed(domain, &entry, global_quota, keys)
+            }
+            _ => keyed(domain, &view.descriptor(actions).ok()??, global_quota, keys),
+        })
+        .collect()
+}
+
 /// Decides a request by the one limit of its one descriptor, counted under
 /// `key`: what [`by_rules`] decides through a plan, the same observer
 /// call included.
@@ -246,6 +300,69 @@ async fn by_one_limit<'r, St: Store>(
         delay: route.delay,
     };
     Step::Ruled(Ruling::of_one_limit(one, key, decision, shaping))
+}
+
+/// Decides a request by the plain rules `found` of its descriptors (their
+/// store keys in `keys`): every limit of every rule in one store call,
+/// all-or-nothing, and the decisions summed as a plan would
+/// ([`PlainDecided`]), the same observer call included.
+async fn by_plain_rules<'r, St: Store>(
+    shared: &Shared<St>,
+    domain_name: &str,
+    route: &'r Route,
+    found: &[(PlainRule<'r>, Range<usize>)],
+    keys: &[u8],
+    started: Option<Instant>,
+) -> Step<'r> {
+    let key_of = |range: &Range<usize>| keys.get(range.clone()).unwrap_or_default();
+    let requests: SmallVec<[LimitKey<'_>; PLAIN]> = found
+        .iter()
+        .flat_map(|(plain, range)| {
+            let key = key_of(range);
+            plain
+                .rule
+                .limits()
+                .iter()
+                .map(move |limit| LimitKey { limit, key })
+        })
+        .collect();
+    let decisions = match shared
+        .store
+        .check(&requests, Moment::Now, route.cost.estimate)
+        .await
+    {
+        Ok(decisions) if decisions.len() == requests.len() => decisions,
+        Ok(decisions) => {
+            let error = StoreError::Unavailable(format!(
+                "the store answered {} decisions for {} limits",
+                decisions.len(),
+                requests.len()
+            ));
+            return unavailable(shared, &error);
+        }
+        Err(error) => return unavailable(shared, &error),
+    };
+    let mut decided: SmallVec<[PlainDecided<'_, 'r>; PLAIN]> = SmallVec::new();
+    let mut at = 0;
+    for (plain, range) in found {
+        let limits = plain.rule.limits().len();
+        let of_rule = decisions.get(at..at + limits).unwrap_or_default();
+        decided.push(PlainDecided::new(plain.rule, key_of(range), of_rule));
+        at += limits;
+    }
+    if let (Some(observer), Some(started)) = (&shared.observer, started) {
+        observer.plain_decided(
+            domain_name,
+            route.name.as_deref(),
+            &decided,
+            started.elapsed(),
+        );
+    }
+    let shaping = Shaping {
+        nodelay: route.nodelay,
+        delay: route.delay,
+    };
+    Step::Ruled(Ruling::of_plain(&decided, shaping))
 }
 
 /// The store's time just before a check whose cost may be settled (so at

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tollgate_core::{Decision, StoreError};
-use tollgate_rules::check::{OneLimit, Outcome};
+use tollgate_rules::check::{OneLimit, Outcome, PlainDecided};
 
 use crate::cost::CostOutcome;
 
@@ -64,6 +64,23 @@ pub trait Observer: Send + Sync + 'static {
         took: Duration,
     ) {
         self.rules_decided(domain, route, &one.outcome(key.to_vec(), *decision), took);
+    }
+
+    /// A request was decided by the rules of `domain` under `route`
+    /// through [`PlainRule`](tollgate_rules::check::PlainRule)s: each of
+    /// its descriptors as `decided`, in order. The same as
+    /// [`rules_decided`](Observer::rules_decided) with the outcome that
+    /// stands for it ([`PlainDecided::outcome`]), which is what the default
+    /// does; an observer that counts per rule can read each rule and
+    /// decision here without that outcome's lists.
+    fn plain_decided(
+        &self,
+        domain: &str,
+        route: Option<&str>,
+        decided: &[PlainDecided<'_, '_>],
+        took: Duration,
+    ) {
+        self.rules_decided(domain, route, &PlainDecided::outcome(decided), took);
     }
 
     /// A request was decided by an inline limit named `name`; `shadow`

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use tollgate_core::{Decision, Limit};
-use tollgate_rules::check::{AppliedLimit, OneLimit, Outcome};
+use tollgate_rules::check::{limit_name, AppliedLimit, OneLimit, Outcome, PlainDecided};
 
 use crate::cost::ChargePlan;
 use crate::lease::Lease;
@@ -103,6 +103,61 @@ impl<'r> Ruling<'r> {
                     ruling.leases.push(Lease {
                         limit: *limit,
                         key: d.key.clone(),
+                        id,
+                    });
+                }
+            }
+        }
+        if !applied.is_empty() {
+            ruling.applied = Applied::Several(applied);
+        }
+        ruling
+    }
+
+    /// The ruling on a request whose descriptors plain rules decided, as
+    /// `decided` (the ruling [`of_rules`](Ruling::of_rules) gives the
+    /// outcome [`PlainDecided::outcome`] stands for, without its lists).
+    pub(crate) fn of_plain(decided: &[PlainDecided<'_, 'r>], shaping: Shaping) -> Ruling<'r> {
+        let allowed = decided.iter().all(|d| d.decision.allowed);
+        // The rejecting rule with the longest wait (the last of equals,
+        // as a plan's outcome names it).
+        let policy = decided
+            .iter()
+            .filter(|d| !d.decision.allowed)
+            .max_by_key(|d| d.decision.retry_after)
+            .map_or(Cow::Borrowed(""), |d| {
+                Cow::Borrowed(d.rule.name().unwrap_or(d.rule.id()))
+            });
+        let mut applied = Vec::with_capacity(decided.iter().map(|d| d.decisions.len()).sum());
+        let mut ruling = Ruling {
+            rejected: !allowed,
+            policy,
+            applied: Applied::None,
+            top: None,
+            hold: Duration::ZERO,
+            leases: Vec::new(),
+            charge: None,
+        };
+        for d in decided {
+            let rule = d.rule;
+            ruling.top = Some(
+                ruling
+                    .top
+                    .map_or(d.decision, |t| t.most_constrained(d.decision)),
+            );
+            for (l, (limit, decision)) in rule.limits().iter().zip(d.decisions).enumerate() {
+                applied.push(AppliedLimit {
+                    name: limit_name(rule, l),
+                    policy: rule.limit_policy(l),
+                    decision: *decision,
+                });
+                if decision.allowed {
+                    ruling.hold = ruling.hold.max(shaping.hold(decision.delay, limit));
+                }
+                if let Some(id) = decision.lease {
+                    ruling.leases.push(Lease {
+                        limit: *limit,
+                        key: d.key.to_vec(),
                         id,
                     });
                 }

@@ -66,18 +66,7 @@ impl<'r> OneLimit<'r> {
         global_shadow: bool,
         global_quota: bool,
     ) -> Option<OneLimit<'r>> {
-        if global_shadow || global_quota || domain.has_replaces() {
-            return None;
-        }
-        let rule = domain.find(descriptor)?;
-        if rule.unlimited()
-            || rule.denies_all()
-            || rule.shadow_mode()
-            || rule.quota_mode()
-            || rule.metric_has_values()
-        {
-            return None;
-        }
+        let rule = PlainRule::find(domain, descriptor, global_shadow, global_quota)?.rule;
         match rule.limits() {
             [limit] => Some(OneLimit { rule, limit }),
             _ => None,
@@ -106,7 +95,7 @@ impl<'r> OneLimit<'r> {
     pub fn applied(&self, decision: Decision) -> AppliedLimit<'r> {
         AppliedLimit {
             name: Cow::Borrowed(self.rule.limit_header_name(0)),
-            policy: self.limit.policy(),
+            policy: self.rule.limit_policy(0),
             decision,
         }
     }
@@ -129,6 +118,114 @@ impl<'r> OneLimit<'r> {
             shadow_rejected: false,
             quotas_exhausted: false,
             top: Some(decision),
+        }
+    }
+}
+
+/// The rule of one of a request's descriptors, when every descriptor of
+/// the request can be decided without a [`Plan`](super::Plan) if each has
+/// one: the domain has no `replaces` (which apply across the request), and
+/// the rule is counted (neither `unlimited` nor deny-all), enforced (no
+/// `shadow_mode`, no `global_shadow`), not a quota (no `quota_mode`, no
+/// `global_quota`), and its metric label carries no request value. Its
+/// limits, however many, are then checked all-or-nothing with those of
+/// the request's other descriptors, and [`PlainDecided`] sums their
+/// decisions as a plan's [`Outcome`] would.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainRule<'r> {
+    /// The rule.
+    pub rule: &'r Rule,
+}
+
+impl<'r> PlainRule<'r> {
+    /// `descriptor`'s rule in `domain`, when it is plain (see the type's
+    /// doc); `None` otherwise, rule or not: decide through a plan.
+    pub fn find<D: Descriptor + ?Sized>(
+        domain: &'r Domain,
+        descriptor: &D,
+        global_shadow: bool,
+        global_quota: bool,
+    ) -> Option<PlainRule<'r>> {
+        if global_shadow || global_quota || domain.has_replaces() {
+            return None;
+        }
+        let rule = domain.find(descriptor)?;
+        if rule.unlimited()
+            || rule.denies_all()
+            || rule.shadow_mode()
+            || rule.quota_mode()
+            || rule.metric_has_values()
+            || rule.limits().is_empty()
+        {
+            return None;
+        }
+        Some(PlainRule { rule })
+    }
+
+    /// Appends the store key of `descriptor` (the one this was found for)
+    /// to `key`, as a plan keys it.
+    pub fn write_key<D: Descriptor + ?Sized>(&self, descriptor: &D, key: &mut Vec<u8>) {
+        key.push(RULES_KEY_PREFIX);
+        self.rule.write_counter_key(descriptor, key);
+    }
+}
+
+/// One descriptor of a request decided by [`PlainRule`]s: its rule, its
+/// store key, the decisions of the rule's limits (in the rule's order) and
+/// the descriptor's own, the most constrained of them.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainDecided<'a, 'r> {
+    /// The rule.
+    pub rule: &'r Rule,
+    /// The store key its limits counted under.
+    pub key: &'a [u8],
+    /// One decision per limit of the rule.
+    pub decisions: &'a [Decision],
+    /// The most constrained of `decisions`.
+    pub decision: Decision,
+}
+
+impl<'a, 'r> PlainDecided<'a, 'r> {
+    /// The descriptor's rule, key and its limits' `decisions`.
+    pub fn new(rule: &'r Rule, key: &'a [u8], decisions: &'a [Decision]) -> PlainDecided<'a, 'r> {
+        PlainDecided {
+            rule,
+            key,
+            decisions,
+            decision: decisions
+                .iter()
+                .copied()
+                .reduce(Decision::most_constrained)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The [`Outcome`] a plan would have summed for a request whose
+    /// descriptors were decided as `decided`, in order.
+    pub fn outcome(decided: &[PlainDecided<'_, 'r>]) -> Outcome<'r> {
+        let allowed = decided.iter().all(|d| d.decision.allowed);
+        Outcome {
+            descriptors: decided
+                .iter()
+                .map(|d| {
+                    Some(DescriptorOutcome {
+                        rule: d.rule,
+                        key: d.key.to_vec(),
+                        decisions: d.decisions.to_vec(),
+                        decision: d.decision,
+                        shadow: false,
+                        quota: false,
+                        detailed: None,
+                    })
+                })
+                .collect(),
+            allowed,
+            shadow_rejected: false,
+            quotas_exhausted: false,
+            top: decided
+                .iter()
+                .map(|d| d.decision)
+                .reduce(Decision::most_constrained),
         }
     }
 }

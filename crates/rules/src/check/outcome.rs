@@ -109,9 +109,16 @@ impl<'r> DescriptorOutcome<'r> {
             },
             decision: self.decision,
         });
-        let limits = rule.limits().iter().zip(&self.decisions).enumerate().map(
-            move |(l, (limit, decision))| AppliedLimit::of(limit_name(rule, l), limit, *decision),
-        );
+        let limits = self
+            .decisions
+            .iter()
+            .take(rule.limits().len())
+            .enumerate()
+            .map(move |(l, decision)| AppliedLimit {
+                name: limit_name(rule, l),
+                policy: rule.limit_policy(l),
+                decision: *decision,
+            });
         denied.into_iter().chain(limits)
     }
 }
