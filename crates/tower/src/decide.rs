@@ -168,11 +168,7 @@ pub(crate) async fn by_rules<'r, St: Store>(
             started.elapsed(),
         );
     }
-    let shaping = Shaping {
-        nodelay: route.nodelay,
-        delay: route.delay,
-    };
-    let mut ruling = Ruling::of_rules(outcome, shaping, shadow);
+    let mut ruling = Ruling::of_rules(outcome, Shaping::of(route), shadow);
     ruling.charge = counted.filter(|c| !c.limits.is_empty()).map(|counted| {
         Box::new(ChargePlan {
             cost: &route.cost,
@@ -295,11 +291,7 @@ async fn by_one_limit<'r, St: Store>(
             started.elapsed(),
         );
     }
-    let shaping = Shaping {
-        nodelay: route.nodelay,
-        delay: route.delay,
-    };
-    Step::Ruled(Ruling::of_one_limit(one, key, decision, shaping))
+    Step::Ruled(Ruling::of_one_limit(one, key, decision, Shaping::of(route)))
 }
 
 /// Decides a request by the plain rules `found` of its descriptors (their
@@ -358,11 +350,7 @@ async fn by_plain_rules<'r, St: Store>(
             started.elapsed(),
         );
     }
-    let shaping = Shaping {
-        nodelay: route.nodelay,
-        delay: route.delay,
-    };
-    Step::Ruled(Ruling::of_plain(&decided, shaping))
+    Step::Ruled(Ruling::of_plain(&decided, Shaping::of(route)))
 }
 
 /// The store's time just before a check whose cost may be settled (so at

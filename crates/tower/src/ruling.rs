@@ -65,6 +65,20 @@ pub(crate) struct Ruling<'r> {
 }
 
 impl<'r> Ruling<'r> {
+    /// A ruling that rejects the request or not, naming `policy`, with
+    /// nothing shown, held or leased yet: for the caller to fill in.
+    fn to_fill(rejected: bool, policy: Cow<'r, str>) -> Ruling<'r> {
+        Ruling {
+            rejected,
+            policy,
+            applied: Applied::None,
+            top: None,
+            hold: Duration::ZERO,
+            leases: Vec::new(),
+            charge: None,
+        }
+    }
+
     /// The ruling on a rules decision; `shadow` when the global or the
     /// route's shadow mode is on.
     pub(crate) fn of_rules(outcome: Outcome<'r>, shaping: Shaping, shadow: bool) -> Ruling<'r> {
@@ -73,15 +87,7 @@ impl<'r> Ruling<'r> {
             Cow::Borrowed(rule.name().unwrap_or(rule.id()))
         });
         let mut applied = Vec::new();
-        let mut ruling = Ruling {
-            rejected: !outcome.allowed,
-            policy,
-            applied: Applied::None,
-            top: None,
-            hold: Duration::ZERO,
-            leases: Vec::new(),
-            charge: None,
-        };
+        let mut ruling = Ruling::to_fill(!outcome.allowed, policy);
         let quotas_exhausted = outcome.quotas_exhausted;
         for d in outcome.descriptors.into_iter().flatten() {
             let limits = d.rule.limits().iter().zip(&d.decisions);
@@ -129,15 +135,7 @@ impl<'r> Ruling<'r> {
                 Cow::Borrowed(d.rule.name().unwrap_or(d.rule.id()))
             });
         let mut applied = Vec::with_capacity(decided.iter().map(|d| d.decisions.len()).sum());
-        let mut ruling = Ruling {
-            rejected: !allowed,
-            policy,
-            applied: Applied::None,
-            top: None,
-            hold: Duration::ZERO,
-            leases: Vec::new(),
-            charge: None,
-        };
+        let mut ruling = Ruling::to_fill(!allowed, policy);
         for d in decided {
             let rule = d.rule;
             ruling.top = Some(

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tollgate_core::time::duration_to_nanos;
 use tollgate_core::Limit;
+use tollgate_rules::Route;
 
 /// A route's shaping options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,6 +25,14 @@ pub struct Shaping {
 }
 
 impl Shaping {
+    /// `route`'s shaping options.
+    pub(crate) fn of(route: &Route) -> Shaping {
+        Shaping {
+            nodelay: route.nodelay,
+            delay: route.delay,
+        }
+    }
+
     /// How long to hold a request that `limit` admitted with `delay`.
     ///
     /// ```

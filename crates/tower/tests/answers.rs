@@ -211,12 +211,7 @@ where
         .oneshot(request("192.0.2.1:1000", "/"))
         .await
         .unwrap();
-    let mut headers: Vec<(String, String)> = response
-        .headers()
-        .iter()
-        .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
-        .collect();
-    headers.sort();
+    let headers = sorted_headers(response.headers());
     (response.status().as_u16(), headers)
 }
 

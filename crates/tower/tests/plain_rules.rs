@@ -87,12 +87,7 @@ where
     S::Error: std::fmt::Debug,
 {
     let response = service.clone().oneshot(request).await.unwrap();
-    let mut headers: Vec<(String, String)> = response
-        .headers()
-        .iter()
-        .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
-        .collect();
-    headers.sort();
+    let headers = sorted_headers(response.headers());
     let status = response.status().as_u16();
     (status, headers, text(response.into_body()).await)
 }

@@ -162,6 +162,16 @@ pub fn sf_list(headers: &http::HeaderMap, name: &str) -> Vec<(String, Vec<(Strin
     sf_list_members(headers[name].to_str().unwrap())
 }
 
+/// Every header as text, sorted: two answers' headers compared whole.
+pub fn sorted_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    let mut sorted: Vec<(String, String)> = headers
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+        .collect();
+    sorted.sort();
+    sorted
+}
+
 /// A header's value as text.
 pub fn header(headers: &http::HeaderMap, name: &str) -> String {
     headers[name].to_str().unwrap().to_owned()
