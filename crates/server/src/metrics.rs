@@ -571,7 +571,7 @@ impl Metrics {
                     by_rule
                         .entry(RuleKey {
                             domain: domain.to_owned(),
-                            rule: label.clone().into_owned(),
+                            rule: label.into_owned(),
                         })
                         .or_insert(counters),
                 )
