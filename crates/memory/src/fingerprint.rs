@@ -57,31 +57,49 @@ impl Seed {
 /// then the values) is over 32 bytes for most rules.
 const RECENT_KEY_BYTES: usize = 64;
 
-/// The last key a thread fingerprinted, and its fingerprint.
-struct Recent {
+/// How many keys each thread remembers: a request with several
+/// descriptors (a per-client key and a global one, say) looks up each of
+/// its keys in turn, and one remembered key would be the other's every
+/// time.
+const RECENT_KEYS: usize = 4;
+
+/// A key a thread fingerprinted, and its fingerprint.
+#[derive(Clone, Copy)]
+struct RecentKey {
     seed: Seed,
     len: usize,
     key: [u8; RECENT_KEY_BYTES],
     fp: Fingerprint,
 }
 
+/// The keys a thread fingerprinted last, and which of them the next miss
+/// replaces (the oldest).
+struct Recent {
+    keys: [RecentKey; RECENT_KEYS],
+    next: usize,
+}
+
 thread_local! {
     static RECENT: RefCell<Recent> = const {
         RefCell::new(Recent {
-            seed: Seed { k0: 0, k1: 0 },
-            // No key has this length: the first lookup misses.
-            len: usize::MAX,
-            key: [0; RECENT_KEY_BYTES],
-            fp: Fingerprint(0),
+            keys: [RecentKey {
+                seed: Seed { k0: 0, k1: 0 },
+                // No key has this length: the first lookups miss.
+                len: usize::MAX,
+                key: [0; RECENT_KEY_BYTES],
+                fp: Fingerprint(0),
+            }; RECENT_KEYS],
+            next: 0,
         })
     };
 }
 
 impl Seed {
-    /// [`fingerprint`](Self::fingerprint), remembering the last short key
-    /// each thread asked for: traffic is skewed, the same key often comes
-    /// back-to-back, and comparing a few bytes costs a fraction of the
-    /// 128-bit SipHash. A miss costs the comparison and a copy of the key.
+    /// [`fingerprint`](Self::fingerprint), remembering the last few short
+    /// keys each thread asked for: traffic is skewed, the same keys often
+    /// come back-to-back (and a request's several descriptors come
+    /// together), and comparing a few bytes costs a fraction of the
+    /// 128-bit SipHash. A miss costs the comparisons and a copy of the key.
     #[inline(always)]
     pub(crate) fn fingerprint_recent(&self, key: &[u8]) -> Fingerprint {
         if key.len() > RECENT_KEY_BYTES {
@@ -91,11 +109,13 @@ impl Seed {
             let Ok(mut recent) = recent.try_borrow_mut() else {
                 return self.fingerprint(key);
             };
-            if recent.len == key.len()
-                && recent.seed == *self
-                && same_short_bytes(&recent.key[..key.len()], key)
-            {
-                return recent.fp;
+            for known in &recent.keys {
+                if known.len == key.len()
+                    && known.seed == *self
+                    && same_short_bytes(&known.key[..key.len()], key)
+                {
+                    return known.fp;
+                }
             }
             self.remember(&mut recent, key)
         })
@@ -103,14 +123,17 @@ impl Seed {
 
     /// The miss of [`fingerprint_recent`](Self::fingerprint_recent), out of
     /// line so that the hit stays small: hashes `key` (at most
-    /// [`RECENT_KEY_BYTES`] long) and remembers it.
+    /// [`RECENT_KEY_BYTES`] long) and remembers it in place of the oldest.
     #[inline(never)]
     fn remember(&self, recent: &mut Recent, key: &[u8]) -> Fingerprint {
         let fp = self.fingerprint(key);
-        recent.seed = *self;
-        recent.len = key.len();
-        copy_short_bytes(&mut recent.key, key);
-        recent.fp = fp;
+        let at = recent.next;
+        recent.next = (at + 1) % RECENT_KEYS;
+        let slot = &mut recent.keys[at];
+        slot.seed = *self;
+        slot.len = key.len();
+        copy_short_bytes(&mut slot.key, key);
+        slot.fp = fp;
         fp
     }
 }
@@ -239,6 +262,18 @@ mod tests {
         // A key that is a prefix of the remembered one is not mistaken for it.
         assert_eq!(a.fingerprint_recent(b"user:10"), a.fingerprint(b"user:10"));
         assert_eq!(a.fingerprint_recent(b"user:1"), a.fingerprint(b"user:1"));
+        // More keys than are remembered, in turn and under both seeds: each
+        // is its own fingerprint whichever entry it is found in or replaces.
+        let many: Vec<Vec<u8>> = (0..RECENT_KEYS + 2)
+            .map(|i| format!("tg1|bench|client:{i}").into_bytes())
+            .collect();
+        for _ in 0..3 {
+            for key in &many {
+                for seed in [a, b] {
+                    assert_eq!(seed.fingerprint_recent(key), seed.fingerprint(key));
+                }
+            }
+        }
     }
 
     #[test]

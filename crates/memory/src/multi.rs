@@ -61,7 +61,10 @@ fn plan<'r>(
     let mut of_request: PerCell<usize> = SmallVec::with_capacity(requests.len());
     // The key of the request before, its seed and its fingerprint: a
     // descriptor's limits are asked one after the other with the very same
-    // key, and the tables of one store fingerprint under its seed.
+    // key, and the tables of one store fingerprint under its seed. Other
+    // keys are looked up among the thread's recent ones, as a single
+    // check's are: a request's global descriptor comes back on every
+    // request.
     let mut last: Option<(&[u8], Seed, Fingerprint)> = None;
     for &(limiter, key) in requests {
         let table = limiter.table();
@@ -70,7 +73,7 @@ fn plan<'r>(
             Some((last_key, last_seed, fp)) if std::ptr::eq(last_key, key) && last_seed == seed => {
                 fp
             }
-            _ => table.fingerprint(key),
+            _ => seed.fingerprint_recent(key),
         };
         last = Some((key, seed, fp));
         let table_id = limiter.table_id();
