@@ -17,7 +17,7 @@
 use std::io::Write;
 use std::net::IpAddr;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, HOST};
+use http::header::{Entry, HeaderMap, HeaderName, HeaderValue, HOST};
 use http::Uri;
 
 /// `X-Forwarded-For`.
@@ -62,10 +62,31 @@ pub(crate) fn client_host(headers: &HeaderMap, target: &Uri) -> Option<ClientHos
         .map(ClientHost::Set)
 }
 
+/// A client's address as `X-Forwarded-For` carries it: the address, and
+/// the field's value when the client sent no list of its own, written once
+/// per client connection rather than on each of its requests.
+#[derive(Debug, Clone)]
+pub(crate) struct ForwardedPeer {
+    ip: IpAddr,
+    alone: Option<HeaderValue>,
+}
+
+impl ForwardedPeer {
+    pub(crate) fn new(ip: IpAddr) -> ForwardedPeer {
+        let mut text = Vec::with_capacity(16);
+        push_ip(&mut text, ip);
+        ForwardedPeer {
+            ip,
+            // An address is plain text: this does not fail.
+            alone: HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok(),
+        }
+    }
+}
+
 /// Sets `Host` (unless the client's one field says it already),
 /// `X-Forwarded-Host`, `X-Forwarded-Proto` and appends `peer` to
 /// `X-Forwarded-For`.
-pub(crate) fn add(headers: &mut HeaderMap, peer: Option<IpAddr>, host: Option<ClientHost>) {
+pub(crate) fn add(headers: &mut HeaderMap, peer: Option<&ForwardedPeer>, host: Option<ClientHost>) {
     if let Some(host) = host {
         headers.insert(X_FORWARDED_HOST.clone(), host.value().clone());
         if let ClientHost::Set(value) = host {
@@ -73,18 +94,31 @@ pub(crate) fn add(headers: &mut HeaderMap, peer: Option<IpAddr>, host: Option<Cl
         }
     }
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
-    if let Some(peer) = peer {
-        if let Some(list) = forwarded_for(headers, peer) {
-            headers.insert(X_FORWARDED_FOR.clone(), list);
+    let Some(peer) = peer else {
+        return;
+    };
+    match headers.entry(&X_FORWARDED_FOR) {
+        Entry::Vacant(vacant) => {
+            if let Some(alone) = &peer.alone {
+                vacant.insert(alone.clone());
+            }
+        }
+        Entry::Occupied(mut occupied) => {
+            if let Some(list) = forwarded_for(occupied.iter(), peer.ip) {
+                occupied.insert(list);
+            }
         }
     }
 }
 
 /// The client's `X-Forwarded-For` list (every field, in order) with `peer`
 /// appended.
-fn forwarded_for(headers: &HeaderMap, peer: IpAddr) -> Option<HeaderValue> {
+fn forwarded_for<'a>(
+    fields: impl Iterator<Item = &'a HeaderValue>,
+    peer: IpAddr,
+) -> Option<HeaderValue> {
     let mut list = Vec::with_capacity(48);
-    for value in headers.get_all(&X_FORWARDED_FOR) {
+    for value in fields {
         let value = trim(value.as_bytes());
         if value.is_empty() {
             continue;
@@ -147,16 +181,27 @@ mod tests {
                 .header("x-forwarded-for", " 10.0.0.1 ,"),
         );
         let mut headers = parts.headers;
-        add(&mut headers, Some("192.0.2.1".parse().unwrap()), None);
+        let peer = ForwardedPeer::new("192.0.2.1".parse().unwrap());
+        add(&mut headers, Some(&peer), None);
         assert_eq!(
             headers[&X_FORWARDED_FOR],
             "203.0.113.7, 10.0.0.1, 192.0.2.1"
         );
         assert_eq!(headers.get_all(&X_FORWARDED_FOR).iter().count(), 1);
 
+        // Alone, with the value written once for the peer, request after
+        // request.
+        let peer = ForwardedPeer::new("::1".parse().unwrap());
+        for _ in 0..2 {
+            let mut headers = HeaderMap::new();
+            add(&mut headers, Some(&peer), None);
+            assert_eq!(headers[&X_FORWARDED_FOR], "::1");
+        }
+        // A list sent after a request without one is still appended to.
         let mut headers = HeaderMap::new();
-        add(&mut headers, Some("::1".parse().unwrap()), None);
-        assert_eq!(headers[&X_FORWARDED_FOR], "::1");
+        headers.insert(&X_FORWARDED_FOR, HeaderValue::from_static("203.0.113.7"));
+        add(&mut headers, Some(&peer), None);
+        assert_eq!(headers[&X_FORWARDED_FOR], "203.0.113.7, ::1");
     }
 
     #[test]

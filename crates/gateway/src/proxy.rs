@@ -33,7 +33,7 @@ use tollgate_tower::{PeerAddr, TrailersWanted};
 
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
-use crate::forwarded;
+use crate::forwarded::{self, ForwardedPeer};
 use crate::hop_by_hop::{self, Upgrade};
 use crate::paired::{answered, Answer, Attempt, Connector, PairedUpstream, Sent, UpstreamTimer};
 use crate::tls::{self, UpstreamTlsError};
@@ -95,7 +95,8 @@ pub struct Proxy<B = Incoming> {
     inner: Arc<ProxyInner<B>>,
     /// The client connection this proxy serves, when it was made for one
     /// ([`Proxy::for_connection`]).
-    connection: Option<ClientConnection<B>>,
+    /// Shared by the clones made for the connection's requests.
+    connection: Option<Arc<ClientConnection<B>>>,
 }
 
 struct ProxyInner<B> {
@@ -108,7 +109,7 @@ struct ProxyInner<B> {
 
 /// A client connection's address and its own upstream connection.
 struct ClientConnection<B> {
-    peer: SocketAddr,
+    peer: ForwardedPeer,
     pair: PairedUpstream<B>,
 }
 
@@ -116,10 +117,7 @@ impl<B> Clone for Proxy<B> {
     fn clone(&self) -> Self {
         Proxy {
             inner: Arc::clone(&self.inner),
-            connection: self.connection.as_ref().map(|c| ClientConnection {
-                peer: c.peer,
-                pair: c.pair.clone(),
-            }),
+            connection: self.connection.clone(),
         }
     }
 }
@@ -186,10 +184,10 @@ where
     pub fn for_connection(&self, peer: SocketAddr, pair: &PairedUpstream<B>) -> Proxy<B> {
         Proxy {
             inner: Arc::clone(&self.inner),
-            connection: Some(ClientConnection {
-                peer,
+            connection: Some(Arc::new(ClientConnection {
+                peer: ForwardedPeer::new(peer.ip()),
                 pair: pair.clone(),
-            }),
+            })),
         }
     }
 
@@ -214,9 +212,16 @@ where
         let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
         // Rewritten in place: taking the request apart and putting it
         // back together moves it twice.
+        let extension_peer;
         let peer = match &self.connection {
-            Some(connection) => Some(connection.peer.ip()),
-            None => request.extensions().get::<PeerAddr>().map(|p| p.0.ip()),
+            Some(connection) => Some(&connection.peer),
+            None => {
+                extension_peer = request
+                    .extensions()
+                    .get::<PeerAddr>()
+                    .map(|p| ForwardedPeer::new(p.0.ip()));
+                extension_peer.as_ref()
+            }
         };
         let host = forwarded::client_host(request.headers(), request.uri());
         let upgrade = if upgrading {
