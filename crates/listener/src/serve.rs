@@ -120,7 +120,7 @@ where
         let (service, companion) = connect(peer);
         let body_read_timeout = settings.body_read_timeout;
         let service = Served {
-            service,
+            service: std::cell::RefCell::new(service),
             body_read_timeout,
             activity: Arc::clone(&activity),
         };

@@ -14,6 +14,7 @@
 //! from its head until its answer's body is done: the connection's head
 //! clock runs only between answers.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -32,7 +33,8 @@ use crate::BoxError;
 /// A connection's service for hyper.
 #[derive(Debug, Clone)]
 pub(crate) struct Served<S> {
-    pub(crate) service: S,
+    /// Called in place (see [`start`]).
+    pub(crate) service: RefCell<S>,
     pub(crate) body_read_timeout: Duration,
     /// The connection's clocks.
     pub(crate) activity: Arc<Activity>,
@@ -122,14 +124,33 @@ impl<B: Body> Body for AnswerBody<B> {
     }
 }
 
-/// A clone of `service` called with `request` now if it is ready, else
+/// `service` called with `request` now if it is ready, else a clone of it
 /// once it is.
-fn start<S, R>(service: &S, request: R) -> Calling<S, R>
+///
+/// The connection's own service is called while it is ready, not a clone
+/// per request: cloning a layered service and dropping the clone cost
+/// an atomic increment and decrement for each `Arc` it holds. One that
+/// is not ready goes with the request, and a clone stays for the next:
+/// what it reserved while not ready is the future's to wait on.
+fn start<S, R>(service: &RefCell<S>, request: R) -> Calling<S, R>
 where
     S: tower::Service<R> + Clone,
     S::Error: Into<BoxError>,
 {
-    let mut service = service.clone();
+    // Borrowed only within this call, which never reenters itself; a
+    // clone is asked should that ever change.
+    let mut held;
+    let mut clone;
+    let service = match service.try_borrow_mut() {
+        Ok(borrowed) => {
+            held = borrowed;
+            &mut *held
+        }
+        Err(_) => {
+            clone = service.borrow().clone();
+            &mut clone
+        }
+    };
     // Asked without a task: a service that is not ready yet is asked
     // again, with the task's context, when the future is polled.
     let mut cx = Context::from_waker(Waker::noop());
@@ -140,10 +161,13 @@ where
         Poll::Ready(Err(error)) => Calling::Failed {
             error: Some(error.into()),
         },
-        Poll::Pending => Calling::Waiting {
-            service,
-            request: Some(request),
-        },
+        Poll::Pending => {
+            let next = service.clone();
+            Calling::Waiting {
+                service: std::mem::replace(service, next),
+                request: Some(request),
+            }
+        }
     }
 }
 
@@ -226,15 +250,17 @@ mod tests {
     #[tokio::test]
     async fn a_service_not_ready_yet_is_called_once_it_is() {
         let service = SlowToStart::default();
+        let service = RefCell::new(service);
         let calling = start(&service, 7);
         assert!(matches!(calling, Calling::Waiting { .. }));
-        assert_eq!(service.calls.load(Ordering::SeqCst), 0);
+        let counts = service.borrow().clone();
+        assert_eq!(counts.calls.load(Ordering::SeqCst), 0);
         assert_eq!(calling.await.unwrap(), (7, 1));
-        assert_eq!(service.asked.load(Ordering::SeqCst), 2);
+        assert_eq!(counts.asked.load(Ordering::SeqCst), 2);
         // Ready now: called at once, before any poll.
         let called = start(&service, 8);
         assert!(matches!(called, Calling::Called { .. }));
-        assert_eq!(service.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(counts.calls.load(Ordering::SeqCst), 2);
         assert_eq!(called.await.unwrap(), (8, 2));
     }
 }
