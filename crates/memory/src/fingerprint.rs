@@ -63,20 +63,22 @@ const RECENT_KEY_BYTES: usize = 64;
 /// time.
 const RECENT_KEYS: usize = 4;
 
-/// A key a thread fingerprinted, and its fingerprint.
+/// A key a thread fingerprinted, its fingerprint, and when it was last
+/// asked for.
 #[derive(Clone, Copy)]
 struct RecentKey {
     seed: Seed,
     len: usize,
     key: [u8; RECENT_KEY_BYTES],
     fp: Fingerprint,
+    used: u64,
 }
 
-/// The keys a thread fingerprinted last, and which of them the next miss
-/// replaces (the oldest).
+/// The keys a thread fingerprinted last, and the count of lookups that
+/// stamps each key when it is asked for.
 struct Recent {
     keys: [RecentKey; RECENT_KEYS],
-    next: usize,
+    clock: u64,
 }
 
 thread_local! {
@@ -88,8 +90,9 @@ thread_local! {
                 len: usize::MAX,
                 key: [0; RECENT_KEY_BYTES],
                 fp: Fingerprint(0),
+                used: 0,
             }; RECENT_KEYS],
-            next: 0,
+            clock: 0,
         })
     };
 }
@@ -99,7 +102,11 @@ impl Seed {
     /// keys each thread asked for: traffic is skewed, the same keys often
     /// come back-to-back (and a request's several descriptors come
     /// together), and comparing a few bytes costs a fraction of the
-    /// 128-bit SipHash. A miss costs the comparisons and a copy of the key.
+    /// 128-bit SipHash. A miss costs the comparisons (the keys' last words
+    /// first: keys of one rule share their start) and a copy of the key,
+    /// which takes the place of the key asked for least recently, so that
+    /// a key asked for on every request (a global descriptor's) stays
+    /// among keys that change on every request (the clients').
     #[inline(always)]
     pub(crate) fn fingerprint_recent(&self, key: &[u8]) -> Fingerprint {
         if key.len() > RECENT_KEY_BYTES {
@@ -109,31 +116,41 @@ impl Seed {
             let Ok(mut recent) = recent.try_borrow_mut() else {
                 return self.fingerprint(key);
             };
-            for known in &recent.keys {
+            let recent = &mut *recent;
+            recent.clock += 1;
+            for known in &mut recent.keys {
                 if known.len == key.len()
-                    && known.seed == *self
                     && same_short_bytes(&known.key[..key.len()], key)
+                    && known.seed == *self
                 {
+                    known.used = recent.clock;
                     return known.fp;
                 }
             }
-            self.remember(&mut recent, key)
+            self.remember(recent, key)
         })
     }
 
     /// The miss of [`fingerprint_recent`](Self::fingerprint_recent), out of
     /// line so that the hit stays small: hashes `key` (at most
-    /// [`RECENT_KEY_BYTES`] long) and remembers it in place of the oldest.
+    /// [`RECENT_KEY_BYTES`] long) and remembers it in place of the key
+    /// asked for least recently.
     #[inline(never)]
     fn remember(&self, recent: &mut Recent, key: &[u8]) -> Fingerprint {
         let fp = self.fingerprint(key);
-        let at = recent.next;
-        recent.next = (at + 1) % RECENT_KEYS;
-        let slot = &mut recent.keys[at];
+        let clock = recent.clock;
+        let mut oldest = 0;
+        for (at, known) in recent.keys.iter().enumerate() {
+            if known.used < recent.keys[oldest].used {
+                oldest = at;
+            }
+        }
+        let slot = &mut recent.keys[oldest];
         slot.seed = *self;
         slot.len = key.len();
         copy_short_bytes(&mut slot.key, key);
         slot.fp = fp;
+        slot.used = clock;
         fp
     }
 }
@@ -180,16 +197,17 @@ fn same_short_bytes(a: &[u8], b: &[u8]) -> bool {
         u64::from_ne_bytes(w)
     };
     match len {
-        33..=RECENT_KEY_BYTES => [0, 8, 16, 24, len - 32, len - 24, len - 16, len - 8]
+        // The last word first: keys that differ, differ there most often.
+        33..=RECENT_KEY_BYTES => [len - 8, 0, 8, 16, 24, len - 32, len - 24, len - 16]
             .into_iter()
             .all(|at| word(a, at) == word(b, at)),
         16..=32 => {
-            word(a, 0) == word(b, 0)
+            word(a, len - 8) == word(b, len - 8)
+                && word(a, 0) == word(b, 0)
                 && word(a, 8) == word(b, 8)
                 && word(a, len - 16) == word(b, len - 16)
-                && word(a, len - 8) == word(b, len - 8)
         }
-        8..16 => word(a, 0) == word(b, 0) && word(a, len - 8) == word(b, len - 8),
+        8..16 => word(a, len - 8) == word(b, len - 8) && word(a, 0) == word(b, 0),
         _ => a == b,
     }
 }
@@ -273,6 +291,30 @@ mod tests {
                     assert_eq!(seed.fingerprint_recent(key), seed.fingerprint(key));
                 }
             }
+        }
+    }
+
+    /// Whether this thread remembers `key` under `seed`.
+    fn remembered(seed: Seed, key: &[u8]) -> bool {
+        RECENT.with(|recent| {
+            recent
+                .borrow()
+                .keys
+                .iter()
+                .any(|k| k.seed == seed && k.len == key.len() && &k.key[..k.len] == key)
+        })
+    }
+
+    #[test]
+    fn a_key_asked_for_on_every_request_stays_among_keys_that_change() {
+        let seed = Seed { k0: 5, k1: 6 };
+        let global = b"tg1|api|generic_key|all";
+        for client in 0..4 * RECENT_KEYS {
+            assert_eq!(seed.fingerprint_recent(global), seed.fingerprint(global));
+            let key = format!("tg1|api|remote_address|10.0.0.{client}");
+            seed.fingerprint_recent(key.as_bytes());
+            assert!(remembered(seed, global), "evicted after client {client}");
+            assert!(remembered(seed, key.as_bytes()));
         }
     }
 
